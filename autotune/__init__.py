@@ -1,0 +1,1 @@
+"""autotune: a Bayesian autotuner daemon for LLM serving engines."""

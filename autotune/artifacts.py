@@ -1,0 +1,52 @@
+"""Per-trial artifacts in Optuna's artifact store, so optuna-dashboard shows them beside each trial: the server
+log of this start, the rendered command line (or unit), and the raw measurement records."""
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+from typing import Any
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore, upload_artifact
+
+log = logging.getLogger("autotune")
+
+
+def artifact_dir(study_dir: Path, name: str) -> Path:
+    return study_dir / f"{name}-artifacts"
+
+
+def open_store(study_dir: Path, name: str) -> FileSystemArtifactStore:
+    path = artifact_dir(study_dir, name)
+    path.mkdir(parents=True, exist_ok=True)  # the store does not create its directory
+    return FileSystemArtifactStore(path)
+
+
+def upload_trial(
+    store: FileSystemArtifactStore,
+    trial: optuna.Trial,
+    files_dir: Path,
+    server_log: Path | None,
+    launch: tuple[str, str] | None,
+    records: list[dict[str, Any]] | None,
+) -> None:
+    """Upload what a trial produced; failures to upload are logged, never raised (the trial's result matters more)."""
+    prefix = files_dir / f"trial-{trial.number:04d}"
+    uploads: list[tuple[Path, str]] = []
+    if server_log is not None and server_log.exists():
+        uploads.append((server_log, "text/plain"))
+    if launch is not None:
+        name, text = launch
+        path = prefix.with_name(f"{prefix.name}.{name}")
+        path.write_text(text)
+        uploads.append((path, "text/plain"))
+    if records:
+        path = prefix.with_name(f"{prefix.name}.records.json")
+        path.write_text(json.dumps(records, indent=1))
+        uploads.append((path, "application/json"))
+    for path, mimetype in uploads:
+        try:
+            upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype=mimetype)
+        except Exception as e:  # noqa: BLE001 - an artifact is never worth a trial
+            log.warning("trial %d: could not upload %s: %s", trial.number, path.name, e)

@@ -1,0 +1,119 @@
+"""One streamed generation over HTTP, timed token by token (async httpx).
+
+Every figure comes from the response itself: completion tokens, and where the engine gives them the verify steps
+and accept length of this request alone, never the server's cumulative counters (peers.md item 7).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import httpx
+
+from autotune.engines import Engine, StreamUpdate
+
+
+@dataclass
+class RequestRecord:
+    concurrency: int
+    start: float                    # seconds since the level started
+    ttft: float | None = None       # seconds from sending to the first token
+    e2e: float | None = None        # seconds from sending to the last event
+    tokens: int = 0                 # completion tokens
+    itl: list[float] = field(default_factory=list)  # seconds between successive token-carrying events
+    accept_length: float | None = None
+    verify_steps: int | None = None
+    finish_reason: str | None = None
+    error: str | None = None        # why the request failed: "http 500: ...", "stalled", "connection: ..."
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+    @property
+    def decode_tok_s(self) -> float | None:
+        """Tokens after the first, over the time after the first token: the per-request decode speed."""
+        if self.ttft is None or self.e2e is None or self.tokens < 2 or self.e2e <= self.ttft:
+            return None
+        return (self.tokens - 1) / (self.e2e - self.ttft)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+async def stream_one(
+    client: httpx.AsyncClient,
+    engine: Engine,
+    prompt: str,
+    max_tokens: int,
+    temperature: float,
+    concurrency: int,
+    t0: float,
+    first_token_timeout: float,
+    stall_timeout: float,
+) -> RequestRecord:
+    """Send one streaming request and time it. Never raises for server-side trouble: the record says what failed.
+
+    ``first_token_timeout`` bounds the wait for the first event (it includes queueing behind other requests);
+    ``stall_timeout`` bounds every later gap between events.
+    """
+    req = engine.generation_request(prompt, max_tokens, temperature)
+    sent = time.perf_counter()
+    rec = RequestRecord(concurrency=concurrency, start=sent - t0)
+    last_event = sent
+    try:
+        async with client.stream("POST", req.path, json=req.body) as resp:
+            if resp.status_code != 200:
+                body = (await resp.aread()).decode("utf-8", "replace")
+                rec.error = f"http {resp.status_code}: {body.strip()[:200]}"
+                return rec
+            lines = resp.aiter_lines()
+            while True:
+                timeout = stall_timeout if rec.tokens else first_token_timeout
+                try:
+                    line = await asyncio.wait_for(lines.__anext__(), timeout)
+                except StopAsyncIteration:
+                    break
+                except asyncio.TimeoutError:
+                    rec.error = f"stalled: no data for {timeout:g} s after {rec.tokens} tokens"
+                    return rec
+                if not line.startswith("data:"):
+                    continue
+                data = line[5:].strip()
+                if data == "[DONE]":
+                    break
+                now = time.perf_counter()
+                try:
+                    update = engine.parse_event(json.loads(data))
+                except ValueError:
+                    rec.error = f"unparsable event: {data[:120]}"
+                    return rec
+                _apply(rec, update, now, sent, last_event)
+                last_event = now
+                if update.error:
+                    return rec
+    except httpx.HTTPError as e:
+        rec.error = f"connection: {type(e).__name__}: {e}"[:200]
+        return rec
+    if rec.error is None and rec.finish_reason is None:
+        rec.error = f"stream ended without a finished event after {rec.tokens} tokens"
+    return rec
+
+
+def _apply(rec: RequestRecord, update: StreamUpdate, now: float, sent: float, last_event: float) -> None:
+    if update.tokens is not None and update.tokens > rec.tokens:
+        if rec.ttft is None:
+            rec.ttft = now - sent
+        else:
+            rec.itl.append(now - last_event)
+        rec.tokens = update.tokens
+    rec.e2e = now - sent
+    if update.finished:
+        rec.finish_reason = update.finish_reason
+        rec.accept_length = update.accept_length
+        rec.verify_steps = update.verify_steps
+    if update.error:
+        rec.error = f"server: {update.error}"[:200]

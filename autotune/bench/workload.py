@@ -1,0 +1,68 @@
+"""Prompts for measurement: the built-in varied set or the study's own JSONL file.
+
+Within one trial no prompt text is ever sent twice, so a prefix cache can never turn a repeated prompt into an
+inflated result (peers.md item 8): prompts are handed out in a shuffled order and, once the set is used up, the next
+round carries a distinct request tag in front, which also defeats prefix matching.
+"""
+from __future__ import annotations
+
+import json
+import random
+from importlib import resources
+from pathlib import Path
+
+from autotune.errors import UserError
+
+
+def load_prompts(source: str, base: Path) -> list[str]:
+    """``"builtin"`` or a JSONL file (relative to ``base``) of {"prompt": ...} objects."""
+    if source == "builtin":
+        text = resources.files("autotune.bench").joinpath("prompts.jsonl").read_text()
+        where = "builtin prompts"
+    else:
+        path = Path(source).expanduser()
+        path = path if path.is_absolute() else base / path
+        try:
+            text = path.read_text()
+        except OSError as e:
+            raise UserError(f"[workload] prompts: cannot read {path}: {e.strerror}") from None
+        where = str(path)
+    prompts = []
+    for n, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            item = json.loads(line)
+        except ValueError:
+            raise UserError(f"{where}: line {n}: not valid JSON") from None
+        prompt = item.get("prompt") if isinstance(item, dict) else None
+        if not isinstance(prompt, str) or not prompt.strip():
+            raise UserError(f"{where}: line {n}: needs a non-empty string field \"prompt\"")
+        prompts.append(prompt)
+    if not prompts:
+        raise UserError(f"{where}: no prompts")
+    if len(set(prompts)) != len(prompts):
+        raise UserError(f"{where}: prompts repeat; every prompt must be distinct")
+    return prompts
+
+
+class PromptStream:
+    """Hands out prompts so that none repeats within the stream's life (one trial)."""
+
+    def __init__(self, prompts: list[str], seed: int | None = None) -> None:
+        self._prompts = list(prompts)
+        self._rng = random.Random(seed)
+        self._order: list[str] = []
+        self._round = 0
+        self.issued = 0
+
+    def next(self) -> str:
+        if not self._order:
+            self._order = self._prompts[:]
+            self._rng.shuffle(self._order)
+            self._round += 1
+        prompt = self._order.pop()
+        self.issued += 1
+        if self._round > 1:
+            return f"[request {self.issued}] {prompt}"
+        return prompt

@@ -1,0 +1,21 @@
+"""Serving engines: one module per engine behind ``Engine`` (base.py)."""
+from __future__ import annotations
+
+from autotune.engines.base import ArgValue, Args, Engine, GenerationRequest, ServerInfo, StreamUpdate, config_key
+
+__all__ = ["ArgValue", "Args", "Engine", "GenerationRequest", "ServerInfo", "StreamUpdate", "config_key", "get_engine", "ENGINES"]
+
+ENGINES = ("sglang", "llamacpp")
+
+
+def get_engine(kind: str) -> Engine:
+    """The engine named ``kind`` (one of ENGINES)."""
+    if kind == "sglang":
+        from autotune.engines.sglang import SGLang
+
+        return SGLang()
+    if kind == "llamacpp":
+        from autotune.engines.llamacpp import LlamaCpp
+
+        return LlamaCpp()
+    raise ValueError(f"unknown engine {kind!r}; allowed: {', '.join(ENGINES)}")

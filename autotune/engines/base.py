@@ -1,0 +1,119 @@
+"""What the tuner needs to know about a serving engine, behind one small interface.
+
+An engine knows its own command-line rules (which configs it would reject and how it rewrites the rest), how it
+says it is ready, which log lines mean it died, how to read back what it is really running, and how to stream one
+generation and read per-request figures from the response. Everything engine-specific stays in its module.
+"""
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+import httpx
+
+ArgValue = str | int | float | bool
+Args = dict[str, ArgValue]
+
+
+def config_key(args: Mapping[str, ArgValue]) -> str:
+    """A canonical string for an effective config: equal configs give equal keys."""
+    return json.dumps({k: args[k] for k in sorted(args)}, sort_keys=True, separators=(",", ":"))
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """What the running server reports about itself."""
+
+    applied: dict[str, ArgValue]            # flag name (as in the study, no dashes) -> value the server runs with
+    max_running_requests: int | None        # effective, after the engine's memory reductions
+    max_total_num_tokens: int | None        # KV cache capacity in tokens
+    raw: dict[str, Any] = field(default_factory=dict, compare=False)
+
+
+@dataclass
+class StreamUpdate:
+    """One parsed streaming event of a generation request."""
+
+    tokens: int | None = None               # completion tokens so far (cumulative); None if this event has none
+    finished: bool = False
+    finish_reason: str | None = None
+    accept_length: float | None = None      # accepted tokens per verify step for this request, from the response
+    verify_steps: int | None = None         # number of verify (decode) steps for this request
+    error: str | None = None                # the server reported an error for this request
+
+
+@dataclass(frozen=True)
+class GenerationRequest:
+    path: str
+    body: dict[str, Any]
+
+
+class Engine(ABC):
+    """One serving engine's rules, endpoints and formats."""
+
+    kind: str
+    #: the path that answers 200 only once the server can serve generations
+    readiness_path: str
+    #: the flag that sets the server's HTTP port
+    port_flag: str = "port"
+    #: the kinds of fatal log line; when one failure prints several, the kind that explains it best comes first
+    fatal_kinds: tuple[str, ...] = ("oom", "invalid_args", "crashed")
+
+    @abstractmethod
+    def resolve(self, args: Mapping[str, ArgValue]) -> Args:
+        """The config the engine would really run for ``args``: its rewrites applied, its defaults made explicit
+        where they matter for comparing configs. Raises ``InvalidConfig`` for a config the engine rejects."""
+
+    @abstractmethod
+    def render(self, command: list[str], args: Mapping[str, ArgValue]) -> list[str]:
+        """The server's full argv for ``args`` (names without dashes; ``True`` is a bare flag)."""
+
+    @abstractmethod
+    def fatal_reason(self, line: str) -> str | None:
+        """The kind of failure a server log line proves (one of ``fatal_kinds``), or None for an ordinary line."""
+
+    def exit_reason(self, returncode: int) -> str:
+        """The failure reason for a server that exited with ``returncode`` before it was ready."""
+        return "invalid_args" if returncode == 2 else "crashed"
+
+    @abstractmethod
+    def server_info(self, client: httpx.Client) -> ServerInfo:
+        """Read back what the running server is configured with (``client`` has the server's base URL)."""
+
+    def mismatches(self, requested: Mapping[str, ArgValue], info: ServerInfo) -> list[str]:
+        """Requested args the server does not run with, as 'name: requested X, running Y' lines."""
+        out = []
+        for name, want in requested.items():
+            if name not in info.applied:
+                continue
+            have = info.applied[name]
+            if not _same(want, have):
+                out.append(f"{name}: requested {want!r}, running {have!r}")
+        return out
+
+    @abstractmethod
+    def generation_request(self, prompt: str, max_tokens: int, temperature: float) -> GenerationRequest:
+        """A streaming generation request that always produces ``max_tokens`` tokens (end-of-sequence ignored)."""
+
+    @abstractmethod
+    def parse_event(self, payload: dict[str, Any]) -> StreamUpdate:
+        """Parse one server-sent event of a generation stream (the JSON after ``data:``)."""
+
+    def flush_cache(self, client: httpx.Client) -> bool:
+        """Empty the server's prefix cache if the engine can; True if it did."""
+        return False
+
+    def capacity_from_log(self, text: str) -> dict[str, int]:
+        """Capacity figures the server's log states (cross-check for ``server_info``); empty if none."""
+        return {}
+
+
+def _same(a: ArgValue, b: ArgValue) -> bool:
+    if isinstance(a, bool) or isinstance(b, bool):
+        return str(a).lower() == str(b).lower()
+    try:
+        return float(a) == float(b)
+    except (TypeError, ValueError):
+        return str(a) == str(b)

@@ -1,0 +1,179 @@
+"""SGLang (0.5.x): speculative-decoding rules, readiness, fatal log lines, /server_info and /generate streams.
+
+The rules here predict what ``sglang.launch_server`` does with a config (docs: sglang.md) so that configs SGLang would
+reject are never deployed and configs it would rewrite to the same thing are measured once. The server's own answer
+(/server_info) stays the authority: a trial verifies it after every start.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any, Mapping
+
+import httpx
+
+from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate
+from autotune.errors import InvalidConfig
+
+ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
+#: algorithms that draft a token tree with steps / topk / draft tokens
+TREE_ALGORITHMS = ("EAGLE", "EAGLE3", "STANDALONE")
+TREE_ARGS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
+#: attention backends that support topk > 1 together with page_size > 1
+PAGED_TOPK_BACKENDS = ("flashinfer", "fa3", "triton")
+
+_FATAL: list[tuple[re.Pattern[str], str]] = [
+    (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), "oom"),
+    (re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.IGNORECASE), "oom"),
+    (re.compile(r"selected index k out of range"), "invalid_args"),
+    (re.compile(r"^\S*: error: |error: (unrecognized arguments|argument --|ambiguous option)"), "invalid_args"),
+    (re.compile(r"^(ValueError|AssertionError|TypeError): "), "invalid_args"),
+    (re.compile(r"Capture cuda graph failed"), "crashed"),
+    (re.compile(r"Scheduler hit an exception"), "crashed"),
+    (re.compile(r"Received sigquit from a child process"), "crashed"),
+    (re.compile(r"scheduler died during initialization"), "crashed"),
+    (re.compile(r"Initialization failed\. warmup error"), "crashed"),
+    (re.compile(r"^Traceback \(most recent call last\)"), "crashed"),
+]
+
+_CAPACITY = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)(?:.*?context_len=(\d+))?")
+
+
+class SGLang(Engine):
+    kind = "sglang"
+    readiness_path = "/health_generate"
+
+    def resolve(self, args: Mapping[str, ArgValue]) -> Args:
+        out: Args = dict(args)
+        algo = out.get("speculative-algorithm")
+        if algo is None:
+            present = [a for a in TREE_ARGS if a in out]
+            if present:
+                raise InvalidConfig(f"{present[0]} needs --speculative-algorithm")
+            return out
+        algo = str(algo).upper()
+        if algo not in ALGORITHMS:
+            raise InvalidConfig(f"Unknown speculative algorithm name: {algo}")
+        if algo == "NEXTN":
+            algo = "EAGLE"
+        out["speculative-algorithm"] = algo
+        if algo not in TREE_ALGORITHMS:
+            return out
+        given = [a for a in TREE_ARGS if a in out]
+        if not given:
+            return out  # SGLang picks its own (steps, topk, draft) for the model: /server_info says which
+        if len(given) != len(TREE_ARGS):
+            missing = ", ".join(f"--{a}" for a in TREE_ARGS if a not in out)
+            raise InvalidConfig(f"speculative settings are partial (missing {missing}): pass all three or none")
+        steps, topk, draft = (_positive_int(out, a) for a in TREE_ARGS)
+        if topk == 1:
+            draft = steps + 1  # SGLang overrides it with a warning
+        elif draft - 1 > topk + (steps - 1) * topk * topk:
+            raise InvalidConfig(
+                f"selected index k out of range: {draft} draft tokens exceed the tree of "
+                f"{steps} steps x topk {topk} (at most {topk + (steps - 1) * topk * topk + 1})"
+            )
+        if topk > 1 and int(out.get("page-size", 1)) > 1:
+            backend = str(out.get("attention-backend", "flashinfer"))
+            if backend not in PAGED_TOPK_BACKENDS:
+                raise InvalidConfig(f"topk > 1 with page_size > 1 needs attention backend flashinfer, fa3 or triton, not {backend}")
+        if topk > 1 and str(out.get("attention-backend", "")) == "trtllm_mha":
+            raise InvalidConfig("attention backend trtllm_mha supports only speculative_eagle_topk = 1")
+        out["speculative-num-steps"], out["speculative-eagle-topk"], out["speculative-num-draft-tokens"] = steps, topk, draft
+        return out
+
+    def render(self, command: list[str], args: Mapping[str, ArgValue]) -> list[str]:
+        argv = list(command)
+        for name, value in args.items():
+            if value is False:
+                continue
+            argv.append(f"--{name}")
+            if value is not True:
+                argv.append(str(value))
+        return argv
+
+    def fatal_reason(self, line: str) -> str | None:
+        for pattern, reason in _FATAL:
+            if pattern.search(_strip_prefix(line)):
+                return reason
+        return None
+
+    def server_info(self, client: httpx.Client) -> ServerInfo:
+        r = client.get("/server_info")
+        if r.status_code == 404:
+            r = client.get("/get_server_info")
+        r.raise_for_status()
+        data = r.json()
+        applied = {k.replace("_", "-"): v for k, v in data.items() if isinstance(v, (str, int, float, bool))}
+        if isinstance(applied.get("speculative-algorithm"), str):
+            applied["speculative-algorithm"] = applied["speculative-algorithm"].upper()
+        states = data.get("internal_states") or [{}]
+        mrr = states[0].get("effective_max_running_requests_per_dp", data.get("max_running_requests"))
+        return ServerInfo(applied=applied, max_running_requests=_int_or_none(mrr),
+                          max_total_num_tokens=_int_or_none(data.get("max_total_num_tokens")), raw=data)
+
+    def generation_request(self, prompt: str, max_tokens: int, temperature: float) -> GenerationRequest:
+        return GenerationRequest("/generate", {
+            "text": prompt,
+            "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": True},
+            "stream": True,
+        })
+
+    def parse_event(self, payload: dict[str, Any]) -> StreamUpdate:
+        if "error" in payload:
+            err = payload["error"]
+            return StreamUpdate(finished=True, error=str(err.get("message", err) if isinstance(err, dict) else err))
+        meta = payload.get("meta_info") or {}
+        update = StreamUpdate(tokens=_int_or_none(meta.get("completion_tokens")))
+        finish = meta.get("finish_reason")
+        if finish is None:
+            return update
+        update.finished = True
+        update.finish_reason = finish.get("type") if isinstance(finish, dict) else str(finish)
+        if update.finish_reason == "abort":
+            update.error = str(finish.get("message", "aborted")) if isinstance(finish, dict) else "aborted"
+        verify = _int_or_none(meta.get("spec_verify_ct"))
+        if verify:
+            update.verify_steps = verify
+            length = meta.get("spec_accept_length")
+            update.accept_length = float(length) if length is not None else (update.tokens or 0) / verify
+        return update
+
+    def flush_cache(self, client: httpx.Client) -> bool:
+        return client.post("/flush_cache").status_code == 200
+
+    def capacity_from_log(self, text: str) -> dict[str, int]:
+        found = _CAPACITY.findall(text)
+        if not found:
+            return {}
+        tokens, mrr, ctx = found[-1]
+        out = {"max_total_num_tokens": int(tokens), "max_running_requests": int(mrr)}
+        if ctx:
+            out["context_len"] = int(ctx)
+        return out
+
+
+def _strip_prefix(line: str) -> str:
+    """'[2026-12-02 10:00:00 TP0] msg' -> 'msg'."""
+    if line.startswith("[") and "] " in line:
+        return line.split("] ", 1)[1]
+    return line
+
+
+def _positive_int(args: Args, name: str) -> int:
+    value = args[name]
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        raise InvalidConfig(f"{name} must be a whole number, got {value!r}") from None
+    if isinstance(value, bool) or number != float(value) or number < 1:
+        raise InvalidConfig(f"{name} must be a whole number >= 1, got {value!r}")
+    return number
+
+
+def _int_or_none(value: Any) -> int | None:
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return int(value)
+    except (TypeError, ValueError):
+        return None

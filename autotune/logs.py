@@ -1,0 +1,28 @@
+"""Event lines: one per event (trial start, deploy, ready, measured, failed, restored), to stdout for journald
+and to the study's log file beside the study."""
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+
+FORMAT = "%(asctime)s %(message)s"
+DATEFMT = "%Y-%m-%d %H:%M:%S"
+
+
+def setup(log_file: Path | None, stream: object = None) -> logging.Logger:
+    logger = logging.getLogger("autotune")
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
+    for handler in list(logger.handlers):
+        logger.removeHandler(handler)
+        handler.close()
+    console = logging.StreamHandler(stream or sys.stdout)
+    console.setFormatter(logging.Formatter(FORMAT, DATEFMT))
+    logger.addHandler(console)
+    if log_file is not None:
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        file_handler = logging.FileHandler(log_file)
+        file_handler.setFormatter(logging.Formatter(FORMAT, DATEFMT))
+        logger.addHandler(file_handler)
+    return logger

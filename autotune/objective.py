@@ -1,0 +1,294 @@
+"""One trial: suggestion -> candidate -> deployment -> readiness -> verification -> measurement -> score.
+
+How a trial ends, and what the sampler learns from it:
+- measured: COMPLETE with its value(s); constraint values say whether it was feasible;
+- the config is to blame (rejected by the engine's rules, out of memory, crashed, never ready, died or stalled
+  under load): PRUNED with every constraint violated, so TPE ranks it below every feasible config and avoids the
+  region (docs: optuna.md, "States");
+- clearly worse after an early stage: PRUNED by the pruner, with the stage recorded;
+- the infrastructure is to blame (SSH lost, a foreign process on the port, a stale server, a stop request):
+  FAIL, and the same config is queued again once, so nothing the user paid for is lost;
+- an effective config that was already measured is not deployed again: its result is reused.
+"""
+from __future__ import annotations
+
+import logging
+import math
+import os
+import socket
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import httpx
+import optuna
+from optuna.artifacts import FileSystemArtifactStore
+
+from autotune.artifacts import upload_trial
+from autotune.bench.measure import Bench, Measurement
+from autotune.bench.stats import ci95
+from autotune.engines import Engine, ServerInfo, config_key
+from autotune.errors import InvalidConfig, TrialFailure
+from autotune.health import check_alive, wait_ready
+from autotune.score import (
+    constraint_values, metrics_of, objective_values, reference_of, repeat_value, stage_value, violated,
+)
+from autotune.space import Candidate, Space, describe
+from autotune.study import StudySpec
+from autotune.targets import Deployment, Target
+
+log = logging.getLogger("autotune")
+
+#: trial states whose result a later identical config can reuse
+REUSABLE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+#: user attrs a reused trial copies from the trial it reuses
+CARRIED_ATTRS = ("metrics", "levels", "capacity", "value_ci", "reason", "detail", "stage", "applied_key", "ready_s",
+                 "command")
+
+
+def worker_id() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def auth_headers(args: dict[str, Any]) -> dict[str, str]:
+    """Engines started with --api-key want it on every request."""
+    key = args.get("api-key")
+    return {"Authorization": f"Bearer {key}"} if isinstance(key, str) else {}
+
+
+@dataclass
+class Phase:
+    """What the current trial is doing, for progress displays."""
+
+    trial: int | None = None
+    name: str = "idle"
+    detail: str = ""
+
+
+class Objective:
+    """Callable for ``study.optimize``: runs one trial on one target."""
+
+    def __init__(
+        self,
+        spec: StudySpec,
+        engine: Engine,
+        target: Target,
+        space: Space,
+        prompts: list[str],
+        logs_dir: Path,
+        should_stop: Callable[[], bool],
+        on_phase: Callable[[Phase], None] = lambda phase: None,
+        artifacts: FileSystemArtifactStore | None = None,
+    ) -> None:
+        self.spec = spec
+        self.engine = engine
+        self.target = target
+        self.space = space
+        self.prompts = prompts
+        self.logs_dir = logs_dir
+        self.should_stop = should_stop
+        self.on_phase = on_phase
+        self.artifacts = artifacts
+        self.deployment: Deployment | None = None
+        self.phase = Phase()
+        self._bench: Bench | None = None
+
+    # -- the trial ---------------------------------------------------------------------------------------------
+
+    def __call__(self, trial: optuna.Trial) -> float | list[float]:
+        baseline = bool(trial.user_attrs.get("baseline"))
+        trial.set_user_attr("target", self.target.name)
+        trial.set_user_attr("worker", worker_id())
+        self._phase(trial, "suggest")
+        try:
+            if baseline:
+                params = self.space.suggest(trial, only=self.space.baseline_params())
+                candidate = self.space.baseline()
+            else:
+                params = self.space.suggest(trial)
+                candidate = self.space.candidate(params)
+        except InvalidConfig as e:
+            return self._infeasible(trial, "invalid_config", str(e), stage="validate")
+        trial.set_user_attr("config", candidate.args)
+        trial.set_user_attr("config_key", candidate.key)
+        log.info("trial %d start: %s%s", trial.number, describe(params), " (baseline)" if baseline else "")
+
+        prior = None if baseline else self._measured(trial.study, candidate.key, trial.number)
+        if prior is not None:
+            return self._reuse(trial, prior)
+        self._bench = None
+        try:
+            return self._run(trial, candidate)
+        except TrialFailure as failure:
+            if failure.infeasible:
+                return self._infeasible(trial, failure.reason, failure.detail, stage=self.phase.name)
+            return self._retry(trial, failure, params, baseline)
+        finally:
+            self._upload(trial, candidate)
+
+    def _upload(self, trial: optuna.Trial, candidate: Candidate) -> None:
+        if self.artifacts is None:
+            return
+        argv = self.engine.render(self.spec.engine.command, candidate.args)
+        records = self._bench.measurement.records() if self._bench is not None else None
+        log_path = self.logs_dir / f"trial-{trial.number:04d}.log"
+        upload_trial(self.artifacts, trial, self.logs_dir, log_path,
+                     self.target.rendered(argv, self.spec.engine.env), records)
+
+    def _run(self, trial: optuna.Trial, candidate: Candidate) -> float | list[float]:
+        spec = self.spec
+        argv = self.engine.render(spec.engine.command, candidate.args)
+        trial.set_user_attr("command", argv)
+        log_path = self.logs_dir / f"trial-{trial.number:04d}.log"
+        trial.set_user_attr("log", str(log_path))
+        headers = auth_headers(candidate.args)
+
+        self._phase(trial, "deploying")
+        self.deployment = deployment = self.target.deploy(argv, spec.engine.env, log_path)
+        log.info("trial %d deploy: %s", trial.number, " ".join(argv))
+        self._phase(trial, "waiting")
+        ready = wait_ready(deployment, self.engine, spec.health.interval, spec.health.timeout, headers,
+                           should_stop=self.should_stop,
+                           on_poll=lambda s: self._phase(trial, "waiting", f"{s:.0f} s"))
+        trial.set_user_attr("ready_s", round(ready.seconds, 3))
+        log.info("trial %d ready in %.1f s", trial.number, ready.seconds)
+
+        self._phase(trial, "verifying")
+        info = self._verify(trial, deployment, candidate, headers)
+        if spec.constraints.min_running_requests is not None and info.max_running_requests is not None \
+                and info.max_running_requests < spec.constraints.min_running_requests:
+            raise TrialFailure("constraints", f"max_running_requests {info.max_running_requests} < "
+                                              f"min_running_requests {spec.constraints.min_running_requests}")
+
+        self._phase(trial, "measuring")
+        reference = trial.study.user_attrs.get("reference")
+        self._bench = bench = Bench(
+            deployment.base_url, self.engine, spec.workload, self.prompts, headers=headers,
+            check=lambda: check_alive(deployment, self.engine), should_stop=self.should_stop,
+            seed=trial.number, max_error_rate=spec.constraints.max_error_rate,
+        )
+        m = bench.run(
+            on_level=lambda step, c, m: self._on_level(trial, step, c, m, reference),
+            value_of=lambda levels: repeat_value(spec.objective, levels, reference),
+        )
+        metrics = metrics_of(m, info)
+        if trial.user_attrs.get("baseline"):
+            reference = reference_of(metrics)
+            trial.study.set_user_attr("reference", {**reference, "trial": trial.number})
+        values = objective_values(spec.objective, metrics, reference)
+        constraints = constraint_values(spec.constraints, metrics)
+        self._record_measurement(trial, m, metrics, constraints)
+        bad = violated(constraints)
+        if bad:
+            trial.set_user_attr("reason", "constraints")
+            trial.set_user_attr("detail", ", ".join(bad))
+        return values if len(values) > 1 else values[0]
+
+    def _verify(self, trial: optuna.Trial, deployment: Deployment, candidate: Candidate,
+                headers: dict[str, str]) -> ServerInfo:
+        """The server must run the requested tuned args, or a stale server is being measured."""
+        try:
+            with httpx.Client(base_url=deployment.base_url, headers=headers, timeout=10.0) as client:
+                info = self.engine.server_info(client)
+        except (httpx.HTTPError, ValueError) as e:
+            raise TrialFailure("wrong_args", f"cannot read the server's configuration: {e}") from None
+        wrong = self.engine.mismatches(candidate.tuned(self.space.names), info)
+        if wrong:
+            raise TrialFailure("wrong_args", "; ".join(wrong))
+        applied = {**candidate.args, **{n: info.applied[n] for n in self.space.names if n in info.applied}}
+        trial.set_user_attr("applied_key", config_key(applied))
+        logged = self.engine.capacity_from_log(deployment.log_path.read_text(errors="replace")
+                                               if deployment.log_path.exists() else "")
+        trial.set_user_attr("capacity", {
+            "max_running_requests": info.max_running_requests,
+            "max_total_num_tokens": info.max_total_num_tokens,
+            "log": logged,
+        })
+        if logged.get("max_running_requests") not in (None, info.max_running_requests):
+            log.warning("trial %d: the log says max_running_requests=%s, the server says %s", trial.number,
+                        logged.get("max_running_requests"), info.max_running_requests)
+        return info
+
+    def _on_level(self, trial: optuna.Trial, step: int, concurrency: int, m: Measurement,
+                  reference: dict[str, Any] | None) -> None:
+        self._phase(trial, "measuring", f"concurrency {concurrency}")
+        if not self.spec.pruning or trial.user_attrs.get("baseline"):
+            return
+        value = stage_value(self.spec.objective, concurrency, m, reference)
+        if value is None:
+            return
+        trial.report(value, step)
+        if trial.should_prune():
+            stage = "single" if concurrency == 1 else f"c{concurrency}"
+            trial.set_user_attr("reason", "pruned")
+            trial.set_user_attr("stage", stage)
+            trial.set_user_attr("levels", [m.summary(c) for c in m.concurrencies])
+            trial.set_constraint("failed", 0.0)
+            for key in constraint_values(self.spec.constraints, None):
+                if key != "failed":
+                    trial.set_constraint(key, 0.0)
+            log.info("trial %d pruned after %s: %.4g", trial.number, stage, value)
+            raise optuna.TrialPruned(f"pruned after {stage}")
+
+    # -- outcomes ----------------------------------------------------------------------------------------------
+
+    def _record_measurement(self, trial: optuna.Trial, m: Measurement, metrics: dict[str, Any],
+                            constraints: dict[str, float]) -> None:
+        for key, value in constraints.items():
+            trial.set_constraint(key, value)
+        trial.set_user_attr("metrics", metrics)
+        trial.set_user_attr("levels", [m.summary(c) for c in m.concurrencies])
+        ci = ci95(m.values)
+        if ci is not None:
+            trial.set_user_attr("value_ci", [ci[0] - ci[1], ci[0] + ci[1]])
+
+    def _infeasible(self, trial: optuna.Trial, reason: str, detail: str, stage: str) -> float:
+        for key, value in constraint_values(self.spec.constraints, None).items():
+            trial.set_constraint(key, value)
+        trial.set_user_attr("reason", reason)
+        trial.set_user_attr("detail", detail[:500])
+        trial.set_user_attr("stage", stage)
+        log.info("trial %d failed: %s (%s)", trial.number, reason, detail[:200])
+        raise optuna.TrialPruned(f"{reason}: {detail}")
+
+    def _retry(self, trial: optuna.Trial, failure: TrialFailure, params: dict[str, Any], baseline: bool) -> float:
+        """An infrastructure failure: FAIL this trial and queue its config again (once, unless interrupted)."""
+        first = "retry_of" not in trial.user_attrs
+        retry = first or failure.reason == "interrupted"
+        trial.set_user_attr("reason", failure.reason)
+        trial.set_user_attr("detail", failure.detail[:500])
+        trial.set_user_attr("stage", self.phase.name)
+        if retry:
+            attrs: dict[str, Any] = {"retry_of": trial.number}
+            if baseline:
+                attrs["baseline"] = True
+            trial.study.enqueue_trial(params, user_attrs=attrs)
+        log.info("trial %d failed: %s (%s)%s", trial.number, failure.reason, failure.detail[:200],
+                 "; its config is queued again" if retry else "")
+        return math.nan
+
+    def _reuse(self, trial: optuna.Trial, prior: optuna.trial.FrozenTrial) -> float | list[float]:
+        trial.set_user_attr("reused_from", prior.number)
+        for key in CARRIED_ATTRS:
+            if key in prior.user_attrs:
+                trial.set_user_attr(key, prior.user_attrs[key])
+        for key, value in prior.constraints.items():
+            trial.set_constraint(key, value)
+        log.info("trial %d reuses trial %d (same effective config)", trial.number, prior.number)
+        if prior.state == optuna.trial.TrialState.COMPLETE:
+            return prior.values if len(prior.values) > 1 else prior.values[0]
+        for step, value in prior.intermediate_values.items():
+            trial.report(value, step)
+        raise optuna.TrialPruned(f"same config as trial {prior.number}")
+
+    # -- helpers -----------------------------------------------------------------------------------------------
+
+    def _measured(self, study: optuna.Study, key: str, number: int) -> optuna.trial.FrozenTrial | None:
+        for t in study.get_trials(deepcopy=False, states=REUSABLE):
+            if t.number != number and key in (t.user_attrs.get("config_key"), t.user_attrs.get("applied_key")):
+                return t
+        return None
+
+    def _phase(self, trial: optuna.Trial, name: str, detail: str = "") -> None:
+        self.phase = Phase(trial.number, name, detail)
+        self.on_phase(self.phase)

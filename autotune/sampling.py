@@ -1,0 +1,37 @@
+"""Samplers and pruners for a study, built from the study file."""
+from __future__ import annotations
+
+import optuna
+
+from autotune.errors import UserError
+from autotune.space import Space
+from autotune.study import StudySpec
+
+#: random configs tried before the model-based samplers take over (when the study does not say)
+DEFAULT_STARTUP_TRIALS = 8
+
+
+def make_sampler(spec: StudySpec, space: Space, finished: int) -> optuna.samplers.BaseSampler:
+    """The study's sampler. A fixed seed is offset by the trials already run, so a resumed study does not replay the
+    configs it started with (docs: optuna.md, "Resume")."""
+    seed = None if spec.seed is None else spec.seed + finished
+    startup = DEFAULT_STARTUP_TRIALS if spec.startup_trials is None else spec.startup_trials
+    if spec.sampler == "tpe":
+        return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed)
+    if spec.sampler == "gp":
+        try:
+            import torch  # noqa: F401  (GPSampler needs it)
+        except ImportError:
+            raise UserError(f"{spec.path}: [study] sampler = \"gp\" needs torch: pip install 'autotune[gp]'") from None
+        return optuna.samplers.GPSampler(n_startup_trials=startup, seed=seed)
+    if spec.sampler == "random":
+        return optuna.samplers.RandomSampler(seed=seed)
+    return optuna.samplers.GridSampler(space.grid(), seed=seed)
+
+
+def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """Stop configs that are clearly worse after an early stage: in the bottom quarter of what completed trials
+    reached at the same stage, once a few trials have completed. (Optuna's percentile is the share *kept*.)"""
+    if not spec.pruning:
+        return optuna.pruners.NopPruner()
+    return optuna.pruners.PercentilePruner(75.0, n_startup_trials=5, n_warmup_steps=0)

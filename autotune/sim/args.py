@@ -1,0 +1,294 @@
+"""SGLang 0.5.23's command line and argument rules, plus the emulator's own --sim-* options.
+
+Parsing errors exit 2 through argparse (prog "sglang serve", abbreviations allowed as in SGLang, so the removed
+--cuda-graph-max-bs is an ambiguous prefix). Rule violations found while resolving the arguments raise
+``ArgRuleError``; the emulator then prints Python's traceback and exits 1, as SGLang's launcher does.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import re
+import sys
+from decimal import Decimal
+from typing import Any
+
+from autotune.sim import model
+from autotune.sim.faults import Faults, collect, parse_fault
+from autotune.sim.flags_table import FLAGS
+from autotune.sim.profile import DEFAULT_PROFILE, Profile
+
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
+KNOWN_ALGORITHMS = EAGLE_FAMILY + ("NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP", "NEXTN")
+PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
+
+
+class ArgRuleError(Exception):
+    """SGLang rejected the arguments while resolving them; ``str()`` is the exception line it prints."""
+
+
+@dataclasses.dataclass(frozen=True)
+class SimOptions:
+    profile: str
+    time_scale: float
+    speedup: float
+    seed: int | None
+    noise: float | None
+    faults: Faults
+
+
+@dataclasses.dataclass
+class Resolved:
+    """The launch after SGLang's rules: every server field, the model's view, and failures due later."""
+
+    fields: dict[str, Any]
+    config: model.Config
+    algorithm: str | None
+    launch_command: str
+    # A failure SGLang only hits later: (phase, exception line); phase "graph" (capture) or "running" (decode).
+    deferred_error: tuple[str, str] | None = None
+
+    @property
+    def served_model_name(self) -> str:
+        return self.fields["served_model_name"]
+
+
+def human_readable_int(value: str) -> int:
+    """SGLang's integer type: plain, SI (k, M, G, T) or IEC (Ki, Mi, Gi, Ti) suffixes."""
+    value = value.strip()
+    si = {"k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12}
+    iec = {"Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40}
+    match = re.fullmatch(r"(\d+(?:\.\d+)?)(Ki|Mi|Gi|Ti|k|M|G|T)", value)
+    if match:
+        number, suffix = match.groups()
+        if suffix in iec:
+            if "." in number:
+                raise argparse.ArgumentTypeError(f"Decimals are not allowed with IEC suffixes like '{suffix}'.")
+            return int(number) * iec[suffix]
+        return int(Decimal(number) * si[suffix])
+    return int(value)
+
+
+def nullable_str(value: str) -> str | None:
+    return None if value.lower() in ("none", "null", "") else value
+
+
+def loads(value: str) -> Any:
+    return json.loads(value)
+
+
+_TYPES = {"int": int, "float": float, "str": str, "human_int": human_readable_int, "json": loads,
+          "nullable_str": nullable_str}
+
+
+class _Deprecated(argparse.Action):
+    """SGLang's deprecated flags: store a value and print the (yellow) deprecation warning."""
+
+    def __init__(self, option_strings, dest, new_flag: str = "", const_value: Any = True, **kwargs):
+        self.new_flag = new_flag
+        self.const_value = const_value
+        super().__init__(option_strings, dest, **kwargs)
+
+    def __call__(self, parser, namespace, values, option_string=None):
+        sys.stderr.write(
+            f"\033[1;33m'{option_string}' is deprecated and will be removed in a future release. "
+            f"Use '{self.new_flag}' instead.\033[0m\n"
+        )
+        setattr(namespace, self.dest, self.const_value)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """SGLang's parser (from the flag table) with the emulator's --sim-* options added."""
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    for entry in FLAGS:
+        flags, kind = entry["flags"], entry["kind"]
+        kwargs: dict[str, Any] = {"dest": entry["dest"]}
+        if "default" in entry:
+            kwargs["default"] = entry["default"]
+        if entry.get("required"):
+            kwargs["required"] = True
+        if kind == "store_true" and "deprecated" in entry:
+            parser.add_argument(*flags, action=_Deprecated, nargs=0, new_flag=entry["deprecated"], **kwargs)
+        elif kind == "deprecated_const":
+            parser.add_argument(*flags, action=_Deprecated, choices=entry.get("choices"),
+                                new_flag=entry["deprecated"], const_value=entry["const"], **kwargs)
+        elif kind == "store_true":
+            parser.add_argument(*flags, action="store_true", **kwargs)
+        elif kind == "bool_optional":
+            positive = [f for f in flags if not f.startswith("--no-")]
+            parser.add_argument(*positive, action=argparse.BooleanOptionalAction, **kwargs)
+        else:
+            if "nargs" in entry:
+                kwargs["nargs"] = entry["nargs"]
+            if "choices" in entry:
+                kwargs["choices"] = entry["choices"]
+            parser.add_argument(*flags, type=_TYPES[entry.get("type", "str")], **kwargs)
+    sim = parser.add_argument_group("emulator (autotune.sim)")
+    sim.add_argument("--sim-profile", default=DEFAULT_PROFILE,
+                     help="profile name (autotune/sim/profiles/NAME.toml) or path to a profile file")
+    sim.add_argument("--sim-time-scale", type=_non_negative, default=1.0,
+                     help="multiply every startup phase duration by this factor")
+    sim.add_argument("--sim-speedup", type=_positive, default=1.0,
+                     help="generate K times faster; every reported rate is then K times higher")
+    sim.add_argument("--sim-seed", type=int, default=None, help="seed of the per-request noise (default: random)")
+    sim.add_argument("--sim-noise", type=_fraction, default=None,
+                     help="relative per-request noise (default: the profile's, 0.02); 0 turns noise off")
+    sim.add_argument("--sim-fault", type=parse_fault, action="append", default=[], metavar="SPEC",
+                     help="inject a fault (repeatable); see autotune.sim for the specs")
+    return parser
+
+
+def _positive(value: str) -> float:
+    number = float(value)
+    if number <= 0:
+        raise argparse.ArgumentTypeError(f"must be positive, got {value!r}")
+    return number
+
+
+def _non_negative(value: str) -> float:
+    number = float(value)
+    if number < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {value!r}")
+    return number
+
+
+def _fraction(value: str) -> float:
+    number = float(value)
+    if not 0 <= number < 0.5:
+        raise argparse.ArgumentTypeError(f"must be a fraction in [0, 0.5), got {value!r}")
+    return number
+
+
+def sim_options(ns: argparse.Namespace) -> SimOptions:
+    return SimOptions(
+        profile=ns.sim_profile,
+        time_scale=ns.sim_time_scale,
+        speedup=ns.sim_speedup,
+        seed=ns.sim_seed,
+        noise=ns.sim_noise,
+        faults=collect(ns.sim_fault),
+    )
+
+
+def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> Resolved:
+    """Apply SGLang's argument rules; ``warn`` receives the warnings SGLang logs while resolving."""
+    fields = {entry["dest"]: getattr(ns, entry["dest"]) for entry in FLAGS}
+    deferred: tuple[str, str] | None = None
+    algorithm = fields["speculative_algorithm"]
+    if fields["speculative_draft_model_path"] is not None and fields["speculative_draft_model_revision"] is None:
+        fields["speculative_draft_model_revision"] = "main"
+    backend = fields["attention_backend"] or profile.model.attention_backend
+    fields["attention_backend"] = backend
+    if fields["page_size"] is None:
+        fields["page_size"] = 1
+    if algorithm is not None:
+        name = algorithm.upper()
+        if name not in KNOWN_ALGORITHMS:
+            raise ArgRuleError(f"ValueError: Unknown speculative algorithm name: {algorithm}")
+        algorithm = "EAGLE" if name == "NEXTN" else name
+        fields["speculative_algorithm"] = algorithm
+        if algorithm not in EAGLE_FAMILY:
+            raise ArgRuleError(f"NotImplementedError: autotune.sim does not emulate speculative algorithm {algorithm}")
+        deferred = _resolve_eagle(fields, profile, backend, warn)
+    fields["served_model_name"] = fields["served_model_name"] or fields["model_path"]
+    _check_context_length(fields, profile)
+    spec = None
+    if algorithm is not None and fields["speculative_num_draft_tokens"] is not None:
+        spec = model.Spec(
+            steps=fields["speculative_num_steps"],
+            topk=fields["speculative_eagle_topk"],
+            draft=fields["speculative_num_draft_tokens"],
+            threshold_single=fields["speculative_accept_threshold_single"],
+            threshold_acc=fields["speculative_accept_threshold_acc"],
+        )
+    config = model.Config(
+        tp=fields["tp_size"],
+        dp=fields["dp_size"],
+        spec=spec,
+        mem_fraction_static=fields["mem_fraction_static"],
+        max_running_requests=fields["max_running_requests"],
+        max_total_tokens=fields["max_total_tokens"],
+        chunked_prefill_size=fields["chunked_prefill_size"],
+        page_size=fields["page_size"],
+        cuda_graph_max_bs=fields["cuda_graph_max_bs_decode"],
+        disable_cuda_graph=bool(fields["disable_cuda_graph"]),
+        context_length=fields["context_length"],
+        disable_radix_cache=bool(fields["disable_radix_cache"]),
+    )
+    chunked = config.chunked_prefill_size or model.default_chunked_prefill_size(profile)
+    graph_max_bs = model.default_cuda_graph_max_bs(profile, config)
+    fields["chunked_prefill_size"] = chunked
+    if fields["mem_fraction_static"] is None:
+        fields["mem_fraction_static"] = model.default_mem_fraction_static(profile, config, chunked, graph_max_bs)
+    config = dataclasses.replace(config, chunked_prefill_size=chunked,
+                                 mem_fraction_static=fields["mem_fraction_static"])
+    fields["cuda_graph_config"] = {
+        "decode": {"backend": "disabled" if config.disable_cuda_graph else "full", "max_bs": graph_max_bs},
+        "prefill": {"backend": "disabled", "max_bs": chunked},
+    }
+    return Resolved(fields=fields, config=config, algorithm=algorithm,
+                    launch_command=" ".join(argv), deferred_error=deferred)
+
+
+def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn) -> tuple[str, str] | None:
+    """SGLang's _handle_eagle_family: defaults, the all-or-none triple, topk rules; returns a deferred failure."""
+    if fields["max_running_requests"] is None:
+        fields["max_running_requests"] = model.SPEC_DEFAULT_MAX_RUNNING_REQUESTS
+        warn("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
+             "setting --max-running-requests.")
+    if fields["speculative_draft_model_path"] is None:
+        fields["speculative_draft_model_path"] = profile.model.draft_model_path or fields["model_path"]
+        fields["speculative_draft_model_revision"] = fields["speculative_draft_model_revision"] or "main"
+    steps, topk, draft = (fields["speculative_num_steps"], fields["speculative_eagle_topk"],
+                          fields["speculative_num_draft_tokens"])
+    if steps is None:
+        if topk is not None or draft is not None:
+            raise ArgRuleError("AssertionError")
+        steps, topk, draft = profile.model.auto_speculative
+    if backend == "trtllm_mha":
+        _compare(topk)
+        if topk > 1:
+            raise ArgRuleError("ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.")
+    if topk == 1 and draft != steps + 1:
+        warn("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1")
+        draft = steps + 1
+    _compare(topk)
+    if topk > 1 and fields["page_size"] > 1 and backend not in PAGE_TREE_BACKENDS:
+        raise ArgRuleError(
+            f"ValueError: speculative_eagle_topk > 1 with page_size > 1 is only supported on {PAGE_TREE_BACKENDS}; "
+            f"got attention_backend={backend!r}. Use page_size == 1 or one of those backends."
+        )
+    fields["speculative_num_steps"], fields["speculative_eagle_topk"] = steps, topk
+    fields["speculative_num_draft_tokens"] = draft
+    if steps < 1 or topk < 1 or (draft is not None and draft < 2):
+        raise ArgRuleError("ValueError: autotune.sim needs speculative_num_steps >= 1, speculative_eagle_topk >= 1 "
+                           "and speculative_num_draft_tokens >= 2")
+    if draft is None:
+        if profile.model.hybrid_linear_attention:
+            return "kv", "AssertionError"
+        phase = "running" if fields["disable_cuda_graph"] else "graph"
+        return phase, "TypeError: unsupported operand type(s) for -: 'NoneType' and 'int'"
+    if topk > 1 and draft - 1 > topk + (steps - 1) * topk * topk:
+        if steps > 1 and not fields["disable_cuda_graph"]:
+            return "graph", "RuntimeError: selected index k out of range"
+        return "running", "RuntimeError: selected index k out of range"
+    return None
+
+
+def _compare(topk: Any) -> None:
+    """SGLang compares topk with an int; a missing topk fails there with Python's TypeError."""
+    if topk is None:
+        raise ArgRuleError("TypeError: '>' not supported between instances of 'NoneType' and 'int'")
+
+
+def _check_context_length(fields: dict[str, Any], profile: Profile) -> None:
+    wanted, derived = fields["context_length"], profile.model.context_length
+    if wanted is not None and wanted > derived and os.environ.get("SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN") != "1":
+        raise ArgRuleError(
+            f"ValueError: Warning: User-specified context_length ({wanted}) is greater than the derived "
+            f"context_length ({derived}). This may lead to incorrect model outputs or CUDA errors. Note that the "
+            "derived context_length may differ from max_position_embeddings in the model's config. To allow "
+            "overriding this maximum, set the env var SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1"
+        )

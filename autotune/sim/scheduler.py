@@ -1,0 +1,466 @@
+"""Continuous batching against the model's clock: prefill and decode iterations, token emission, decode logs.
+
+Model time runs ``speedup`` times faster than wall time and iterations are scheduled against absolute
+deadlines (iteration i ends at t0 + (sum of model durations) / speedup), so a busy event loop delays delivery
+a little but never accumulates drift: when the loop wakes late it processes every iteration already due.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import math
+import random
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+
+from autotune.sim import model
+from autotune.sim.faults import Faults
+from autotune.sim.metrics import Metrics
+from autotune.sim.profile import Profile
+from autotune.sim.tokens import TextGenerator, prompt_seed
+
+INTERNAL_ERROR = "The scheduler aborted the request after an internal error in the forward pass."
+
+
+@dataclasses.dataclass(eq=False)
+class Request:
+    """One generation request as the scheduler tracks it."""
+
+    prompt_ids: list[int]
+    max_new_tokens: int
+    ignore_eos: bool
+    temperature: float
+    stream: bool
+    log_metrics: bool = True
+    rid: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
+    # set by the scheduler
+    arrival: float = 0.0
+    arrival_v: float = 0.0
+    natural_length: int | None = None
+    accept_per_step: float = 0.0
+    carry: float = 0.0
+    abort_at: int | None = None
+    generator: TextGenerator | None = None
+    prefilled: int = 0
+    cached_tokens: int = 0
+    output_ids: list[int] = dataclasses.field(default_factory=list)
+    pieces: list[str] = dataclasses.field(default_factory=list)
+    verify_ct: int = 0
+    correct_drafts: int = 0
+    first_token_time: float = 0.0
+    last_emit: float = 0.0
+    finish_time: float = 0.0
+    finish_reason: dict | None = None
+    event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt_ids)
+
+    @property
+    def completion_tokens(self) -> int:
+        return len(self.output_ids)
+
+    @property
+    def finished(self) -> bool:
+        return self.finish_reason is not None
+
+    @property
+    def text(self) -> str:
+        return "".join(self.pieces)
+
+    @property
+    def context(self) -> int:
+        return self.prompt_tokens + self.completion_tokens
+
+
+class Clock:
+    """Model seconds since start; model time runs ``speedup`` times faster than the monotonic clock."""
+
+    def __init__(self, speedup: float) -> None:
+        self.t0 = time.monotonic()
+        self.speedup = speedup
+
+    def now(self) -> float:
+        return (time.monotonic() - self.t0) * self.speedup
+
+    def wall(self, model_time: float) -> float:
+        return self.t0 + model_time / self.speedup
+
+
+class Scheduler:
+    """SGLang's scheduler as seen from outside: queue, running batch, prefill/decode iterations, logs, stats."""
+
+    def __init__(
+        self,
+        profile: Profile,
+        config: model.Config,
+        plan: model.MemoryPlan,
+        *,
+        speedup: float,
+        noise: float,
+        seed: int | None,
+        faults: Faults,
+        log: logging.Logger,
+        decode_log_interval: int,
+        metrics: Metrics,
+        crash: Callable[[str, str], None],
+        deferred_error: tuple[str, str] | None = None,
+    ) -> None:
+        self.profile, self.config, self.plan = profile, config, plan
+        self.clock = Clock(speedup)
+        self.noise = noise
+        self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
+        self.rng = random.Random(self.seed)
+        self.faults = faults
+        self.log = log
+        self.metrics = metrics
+        self.crash = crash
+        self.deferred_error = deferred_error
+        self.decode_log_interval = max(1, decode_log_interval)
+        self.capacity = plan.max_running_requests * config.dp
+        self.waiting: deque[Request] = deque()
+        self.running: list[Request] = []
+        self.prefix_cache: list[tuple[int, ...]] = []
+        self._wake = asyncio.Event()
+        self._end = 0.0
+        self.total_generated = 0
+        self.stalled = False
+        self.last_output_time = 0.0
+        self._accept_cache: dict[float, float] = {}
+        self._graph = True
+        self._pending_new = 0
+        self.reset_stats()
+
+    # ------------------------------------------------------------------------------------------ public API
+
+    def reset_stats(self) -> None:
+        """SGLang's metrics reset (also done by /flush_cache): decode counters and spec totals."""
+        self.forward_ct_decode = 0
+        self.num_generated_tokens = 0
+        self.spec_accept_tokens = 0
+        self.spec_correct_drafts = 0
+        self.spec_forward_ct = 0
+        self.spec_total_accept_tokens = 0
+        self.spec_total_forward_ct = 0
+        self.last_decode_log = time.monotonic()
+        self.last_prefill_log = time.monotonic()
+        self.last_gen_throughput = 0.0
+        self.last_accept_rate = 0.0
+        self.last_accept_length = 0.0
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        if self.config.spec is None or self.spec_total_forward_ct <= 0:
+            return None
+        return self.spec_total_accept_tokens / self.spec_total_forward_ct
+
+    @property
+    def idle(self) -> bool:
+        return not self.running and not self.waiting
+
+    def submit(self, req: Request) -> Request:
+        """Queue a request; its tokens arrive through ``req.event`` as iterations complete."""
+        req.arrival = time.monotonic()
+        req.arrival_v = self.clock.now()
+        seed = prompt_seed(req.prompt_ids) ^ self.seed if req.temperature <= 0 else self.rng.randrange(2**31)
+        rng = random.Random(seed)
+        req.generator = TextGenerator(seed, self.profile.model.vocab_size)
+        if not req.ignore_eos:
+            mean = self.profile.acceptance.mean_output_tokens
+            req.natural_length = max(1, int(rng.expovariate(1.0 / mean)) + 1)
+        length = self._accept_length(req.temperature)
+        factor = 1.0 + self.noise * _clipped_gauss(rng)
+        steps = self.config.spec.steps if self.config.spec else 0
+        req.accept_per_step = min(max((length - 1.0) * factor, 0.0), steps)
+        req.carry = rng.random()
+        if req.log_metrics and self.faults.error_fraction and rng.random() < self.faults.error_fraction:
+            req.abort_at = rng.randrange(max(req.max_new_tokens, 1))
+        self.waiting.append(req)
+        self._wake.set()
+        return req
+
+    def abort(self, req: Request) -> None:
+        """Drop a request whose client went away (SGLang aborts it and frees its slot)."""
+        if req in self.waiting:
+            self.waiting.remove(req)
+        if req in self.running:
+            self.running.remove(req)
+        if not req.finished:
+            req.finish_reason = {"type": "abort", "message": "The client disconnected.", "status_code": None,
+                                 "err_type": None}
+
+    def used_tokens(self) -> int:
+        return sum(r.context for r in self.running)
+
+    async def run(self) -> None:
+        """The event loop: run iterations back to back while there is work, sleep when idle."""
+        since_yield = 0
+        while True:
+            if self.stalled:
+                await asyncio.Event().wait()
+            start = self._next_start()
+            if start is None:
+                self._wake.clear()
+                await self._wake.wait()
+                continue
+            admitted = self._admit(start)
+            if admitted:
+                end = start + self._prefill_duration(admitted) / 1000.0
+                await self._until(end)
+                self._finish_prefill(admitted, end)
+            else:
+                batch = len(self.running)
+                if self.faults.oom_under_load is not None and batch > self.faults.oom_under_load:
+                    need = 0.4 + 0.05 * batch
+                    self.crash("running", model.oom_message(need, self.profile, 0.3))
+                    return
+                if self.deferred_error and self.deferred_error[0] == "running":
+                    self.crash("running", self.deferred_error[1])
+                    return
+                end = start + self._decode_duration(batch) / 1000.0
+                await self._until(end)
+                self._finish_decode(end)
+            self._end = end
+            since_yield += 1
+            if since_yield >= 8:
+                since_yield = 0
+                await asyncio.sleep(0)
+
+    # ---------------------------------------------------------------------------------------- iterations
+
+    def _next_start(self) -> float | None:
+        if self.running:
+            return self._end
+        if not self.waiting:
+            return None
+        return max(self._end, min(r.arrival_v for r in self.waiting))
+
+    async def _until(self, model_time: float) -> None:
+        delay = self.clock.wall(model_time) - time.monotonic()
+        if delay > 0:
+            await asyncio.sleep(delay)
+
+    def _admit(self, start: float) -> list[Request]:
+        """Move arrived requests into a prefill batch while slots, KV room and the chunk budget allow."""
+        batch: list[Request] = []
+        budget = self.plan.chunked_prefill_size
+        room = self.plan.max_total_num_tokens * self.config.dp - self.used_tokens()
+        reserve = max(self.config.spec.steps * self.config.spec.topk, self.config.spec.draft) * 2 \
+            if self.config.spec else 1
+        while self.waiting and len(self.running) + len(batch) < self.capacity and budget > 0:
+            req = self.waiting[0]
+            if req.arrival_v > start:
+                break
+            need = req.prompt_tokens + reserve
+            if need > room and (self.running or batch):
+                break
+            self.waiting.popleft()
+            if req.prefilled == 0:
+                req.cached_tokens = self._cached_prefix(req.prompt_ids)
+                req.prefilled = req.cached_tokens
+            batch.append(req)
+            budget -= req.prompt_tokens - req.prefilled
+            room -= need
+        return batch
+
+    def _cached_prefix(self, ids: list[int]) -> int:
+        if self.config.disable_radix_cache:
+            return 0
+        best = 0
+        for cached in self.prefix_cache:
+            n = 0
+            for a, b in zip(cached, ids):
+                if a != b:
+                    break
+                n += 1
+            best = max(best, n)
+        # The last prompt token is always recomputed to produce the first output token.
+        return min(best, len(ids) - 1) // self.config.page_size * self.config.page_size
+
+    def _prefill_duration(self, batch: list[Request]) -> float:
+        new_tokens = 0
+        budget = self.plan.chunked_prefill_size
+        for req in batch:
+            take = min(req.prompt_tokens - req.prefilled, max(budget, 1))
+            new_tokens += take
+            budget -= take
+        self._pending_new = new_tokens
+        return model.prefill_ms(self.profile, self.config, new_tokens, len(batch)) * self._jitter()
+
+    def _finish_prefill(self, batch: list[Request], end: float) -> None:
+        now = time.monotonic()
+        budget = self.plan.chunked_prefill_size
+        chunked: list[Request] = []
+        cached = sum(r.cached_tokens for r in batch if r.prefilled == r.cached_tokens)
+        for req in batch:
+            take = min(req.prompt_tokens - req.prefilled, max(budget, 1))
+            req.prefilled += take
+            budget -= take
+            if req.prefilled < req.prompt_tokens:
+                chunked.append(req)
+                continue
+            self._remember_prompt(req.prompt_ids)
+            self.running.append(req)
+            self._emit(req, 1, now)
+            if req.finished:
+                self.running.remove(req)
+        for req in reversed(chunked):
+            self.waiting.appendleft(req)
+        gap = now - self.last_prefill_log
+        self.last_prefill_log = now
+        self.log.info(
+            f"Prefill batch, #new-seq: {len(batch)}, #new-token: {self._pending_new}, #cached-token: {cached}, "
+            f"{self._usage_parts(prefill=True)}#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, "
+            f"#pending-token: 0, cuda graph: False, input throughput (token/s): "
+            f"{self._pending_new / gap if gap > 0 else 0.0:.2f}"
+        )
+        self._after_tokens()
+
+    def _decode_duration(self, batch: int) -> float:
+        per_worker = max(1, math.ceil(batch / self.config.dp))
+        context = self.used_tokens() / self.config.dp
+        self._graph = model.graph_ok(self.plan, self.config, per_worker)
+        return model.step_ms(self.profile, self.config, per_worker, int(context), self._graph) * self._jitter()
+
+    def _finish_decode(self, end: float) -> None:
+        now = time.monotonic()
+        spec = self.config.spec
+        for req in list(self.running):
+            if spec is not None:
+                req.carry += req.accept_per_step
+                accepted = min(int(req.carry), spec.steps)
+                req.carry -= accepted
+                req.verify_ct += 1
+                req.correct_drafts += accepted
+                self.spec_accept_tokens += 1 + accepted
+                self.spec_correct_drafts += accepted
+                self.spec_forward_ct += 1
+                count = 1 + accepted
+            else:
+                count = 1
+            self._emit(req, count, now)
+            if req.finished:
+                self.running.remove(req)
+        self.forward_ct_decode += 1
+        if self.forward_ct_decode % self.decode_log_interval == 0:
+            self._decode_log(now)
+        self._after_tokens()
+
+    def _emit(self, req: Request, count: int, now: float) -> None:
+        """Append ``count`` tokens (fewer at EOS, max_new_tokens or an injected error) and wake the client."""
+        count = min(count, req.max_new_tokens - req.completion_tokens)
+        eos = req.natural_length is not None and req.completion_tokens + count >= req.natural_length
+        if eos:
+            count = req.natural_length - req.completion_tokens
+        abort = req.abort_at is not None and req.completion_tokens + count > req.abort_at
+        if abort:
+            count, eos = max(req.abort_at - req.completion_tokens, 0), False
+        gen = req.generator
+        for i in range(count):
+            if eos and i == count - 1:
+                req.output_ids.append(self.profile.model.eos_token_id)
+            else:
+                token, piece = gen.next()
+                req.output_ids.append(token)
+                req.pieces.append(piece)
+        if count:
+            if req.first_token_time == 0.0:
+                req.first_token_time = now
+                if req.log_metrics:
+                    self.metrics.observe_ttft(now - req.arrival, req.stream)
+            elif req.log_metrics:
+                self.metrics.observe_itl((now - req.last_emit) / count, count)
+            req.last_emit = now
+            self.total_generated += count
+            self.num_generated_tokens += count
+            self.last_output_time = now
+        if abort:
+            req.finish_reason = {"type": "abort", "message": INTERNAL_ERROR, "status_code": 500,
+                                 "err_type": "InternalServerError"}
+        elif req.completion_tokens >= req.max_new_tokens:
+            req.finish_reason = {"type": "length", "length": req.max_new_tokens}
+        elif eos:
+            req.finish_reason = {"type": "stop", "matched": self.profile.model.eos_token_id}
+        if req.finished:
+            req.finish_time = now
+            if req.log_metrics:
+                self.metrics.observe_finished(req, now - req.arrival)
+        req.event.set()
+
+    def _after_tokens(self) -> None:
+        f = self.faults
+        if f.crash_after_tokens is not None and self.total_generated >= f.crash_after_tokens:
+            self.crash("running", "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+                       "CUDA kernel errors might be asynchronously reported at some other API call, so the "
+                       "stacktrace below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1\n"
+                       "Compile with `TORCH_USE_CUDA_DSA` to enable device-side assertions.")
+        if f.stall_after_tokens is not None and self.total_generated >= f.stall_after_tokens:
+            self.stalled = True
+
+    def _remember_prompt(self, ids: list[int]) -> None:
+        if self.config.disable_radix_cache:
+            return
+        self.prefix_cache.append(tuple(ids))
+        if len(self.prefix_cache) > 256:
+            self.prefix_cache.pop(0)
+
+    def flush_prefix_cache(self) -> None:
+        self.prefix_cache.clear()
+
+    # ----------------------------------------------------------------------------------------------- logs
+
+    def _usage_parts(self, prefill: bool = False) -> str:
+        used = self.used_tokens()
+        usage = used / max(self.plan.max_total_num_tokens * self.config.dp, 1)
+        if self.profile.model.hybrid_linear_attention and self.plan.mamba_cache_size:
+            mamba_used = len(self.running)
+            mamba_usage = mamba_used / max(self.plan.mamba_cache_size * self.config.dp, 1)
+            if prefill:
+                return f"full token usage: {usage:.2f}, mamba usage: {mamba_usage:.2f}, "
+            return (f"#full token: {used}, full token usage: {usage:.2f}, mamba num: {mamba_used}, "
+                    f"mamba usage: {mamba_usage:.2f}, ")
+        if prefill:
+            return f"token usage: {usage:.2f}, "
+        return f"#token: {used}, token usage: {usage:.2f}, "
+
+    def _decode_log(self, now: float) -> None:
+        gap = now - self.last_decode_log
+        self.last_decode_log = now
+        self.last_gen_throughput = self.num_generated_tokens / gap if gap > 0 else 0.0
+        self.num_generated_tokens = 0
+        msg = f"Decode batch, #running-req: {len(self.running)}, {self._usage_parts()}"
+        spec = self.config.spec
+        if spec is not None:
+            length = self.spec_accept_tokens / self.spec_forward_ct if self.spec_forward_ct else 0.0
+            proposed = self.spec_forward_ct * (spec.draft - 1)
+            rate = self.spec_correct_drafts / proposed if proposed else 0.0
+            self.spec_total_accept_tokens += self.spec_accept_tokens
+            self.spec_total_forward_ct += self.spec_forward_ct
+            self.spec_accept_tokens = self.spec_correct_drafts = self.spec_forward_ct = 0
+            self.last_accept_length, self.last_accept_rate = length, rate
+            msg += f"accept len: {length:.2f}, accept rate: {rate:.2f}, "
+        msg += (f"cuda graph: {self._graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
+                f"#queue-req: {len(self.waiting)}")
+        self.log.info(msg)
+        self.metrics.update_gauges(self)
+
+    # ---------------------------------------------------------------------------------------------- model
+
+    def _accept_length(self, temperature: float) -> float:
+        key = round(max(temperature, 0.0), 3)
+        if key not in self._accept_cache:
+            self._accept_cache[key] = model.accept_length(self.profile, self.config.spec, key)
+        return self._accept_cache[key]
+
+    def _jitter(self) -> float:
+        if self.noise <= 0:
+            return 1.0
+        return 1.0 + 0.5 * self.noise * _clipped_gauss(self.rng)
+
+
+def _clipped_gauss(rng: random.Random) -> float:
+    return max(-3.0, min(3.0, rng.gauss(0.0, 1.0)))

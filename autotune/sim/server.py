@@ -1,0 +1,406 @@
+"""The HTTP face of the emulator: SGLang 0.5.23's native endpoints on FastAPI (OpenAI ones in openai_api)."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+import secrets
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.responses import Response, StreamingResponse
+
+from autotune.sim import model, tokens
+from autotune.sim.args import Resolved, SimOptions
+from autotune.sim.metrics import Metrics
+from autotune.sim.profile import Profile
+from autotune.sim.scheduler import Request as GenRequest
+from autotune.sim.scheduler import Scheduler
+
+VERSION = "0.5.23"
+DEFAULT_MAX_NEW_TOKENS = 128
+# SGLang re-checks a waiting non-streaming request for a client disconnect at this interval.
+DISCONNECT_POLL_S = 4.0
+
+
+@dataclasses.dataclass
+class State:
+    """Everything the endpoints need; ``status`` moves from Starting to Up after warm-up."""
+
+    resolved: Resolved
+    profile: Profile
+    sim: SimOptions
+    plan: model.MemoryPlan
+    scheduler: Scheduler
+    metrics: Metrics
+    launcher_log: logging.Logger
+    scheduler_log: logging.Logger
+    startup_time: dict[str, Any]
+    status: str = "Starting"
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return self.resolved.fields
+
+    @property
+    def context_len(self) -> int:
+        return self.fields["context_length"] or self.profile.model.context_length
+
+    @property
+    def max_req_input_len(self) -> int:
+        return min(self.context_len - 1, self.plan.max_total_num_tokens - 1) - 5
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    return Response(json.dumps(content, separators=(",", ":")), status_code=status_code,
+                    media_type="application/json")
+
+
+def sse(payload: Any) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class ApiKeyMiddleware:
+    """SGLang's --api-key check: Bearer token on every path except /health*, /ready*, /metrics* and OPTIONS."""
+
+    def __init__(self, app, api_key: str | None, admin_api_key: str | None) -> None:
+        self.app, self.api_key, self.admin_api_key = app, api_key, admin_api_key
+
+    async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] != "http" or self._allowed(scope):
+            await self.app(scope, receive, send)
+            return
+        await json_response({"error": "Unauthorized"}, 401)(scope, receive, send)
+
+    def _allowed(self, scope) -> bool:
+        path = scope["path"]
+        if scope["method"] == "OPTIONS" or path.startswith(("/health", "/ready", "/metrics")):
+            return True
+        key = self.admin_api_key if path in ADMIN_PATHS and self.admin_api_key else self.api_key
+        if not key:
+            return True
+        header = dict(scope["headers"]).get(b"authorization", b"").decode("latin-1")
+        scheme, _, token = header.partition(" ")
+        return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
+
+
+ADMIN_PATHS = ("/flush_cache", "/freeze_gc", "/set_internal_state")
+
+
+def server_info(state: State) -> dict[str, Any]:
+    """/server_info: resolved server args, launch command, scheduler info, internal_states, version."""
+    sched, plan = state.scheduler, state.plan
+    internal = dict(state.fields)
+    internal.update(
+        world_size=state.fields["tp_size"] * state.fields["dp_size"],
+        startup_time=state.startup_time["scheduler"],
+        effective_max_running_requests_per_dp=plan.max_running_requests,
+        last_gen_throughput=sched.last_gen_throughput,
+        memory_usage=memory_usage(state),
+    )
+    accept = sched.avg_spec_accept_length
+    if accept is not None:
+        internal["avg_spec_accept_length"] = accept
+    return {
+        **state.fields,
+        "launch_command": state.resolved.launch_command,
+        "status": "ready",
+        "max_total_num_tokens": plan.max_total_num_tokens,
+        "max_req_input_len": state.max_req_input_len,
+        "startup_time": state.startup_time["engine"],
+        "hicache_object_layout": None,
+        "kv_events": None,
+        "internal_states": [internal],
+        "version": VERSION,
+        "frontend": "python",
+    }
+
+
+def memory_usage(state: State) -> dict[str, Any]:
+    plan = state.plan
+    graph = dict.fromkeys(("prefill", "decode", "target_verify", "draft_prefill", "draft_decode", "draft_extend"), 0.0)
+    for phase, gb in state.startup_time["graph_memory"].items():
+        graph[phase] = round(gb, 3)
+    return {
+        "weight": round(plan.weights_gb, 3),
+        "kvcache": round(plan.kv_gb + plan.draft_kv_gb, 3),
+        "startup_available": round(plan.available_gb, 3),
+        "token_capacity": plan.max_total_num_tokens,
+        "token_capacity_swa": None,
+        "graph": graph,
+    }
+
+
+def model_info(state: State) -> dict[str, Any]:
+    f, m = state.fields, state.profile.model
+    return {
+        "model_path": f["model_path"],
+        "served_model_name": state.resolved.served_model_name,
+        "tokenizer_path": f["tokenizer_path"] or f["model_path"],
+        "is_generation": True,
+        "preferred_sampling_params": f["preferred_sampling_params"],
+        "weight_version": "default",
+        "load_format": f["load_format"],
+        "reasoning_parser": f["reasoning_parser"],
+        "tool_call_parser": f["tool_call_parser"],
+        "disaggregation_mode": f["disaggregation_mode"],
+        "has_image_understanding": m.multimodal,
+        "has_audio_understanding": False,
+        "model_type": m.model_type,
+        "architectures": [m.architecture],
+    }
+
+
+def meta_info(state: State, req: GenRequest, first: bool) -> dict[str, Any]:
+    """SGLang's meta_info for one output of ``req`` (finished fields only once it finished)."""
+    meta: dict[str, Any] = {
+        "id": req.rid,
+        "finish_reason": req.finish_reason,
+        "prompt_tokens": req.prompt_tokens,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "reasoning_tokens": 0,
+        "completion_tokens": req.completion_tokens,
+        "cached_tokens": req.cached_tokens,
+    }
+    if req.finished:
+        meta["e2e_latency"] = req.finish_time - req.arrival
+        spec = state.resolved.config.spec
+        if spec is not None and req.verify_ct > 0:
+            proposed = req.verify_ct * (spec.draft - 1)
+            meta["spec_accept_rate"] = req.correct_drafts / proposed
+            meta["spec_accept_length"] = req.completion_tokens / req.verify_ct
+            meta["spec_num_correct_drafts"] = req.correct_drafts
+            meta["spec_num_proposed_drafts"] = proposed
+            meta["spec_verify_ct"] = req.verify_ct
+    if first or req.finished:
+        meta["response_sent_to_client_ts"] = time.time()
+    return meta
+
+
+def output(state: State, req: GenRequest, first: bool = False) -> dict[str, Any]:
+    return {"text": req.text, "output_ids": list(req.output_ids), "meta_info": meta_info(state, req, first)}
+
+
+class BadRequest(ValueError):
+    """A request SGLang's tokenizer manager rejects with HTTP 400."""
+
+
+def make_request(state: State, prompt_ids: list[int], params: dict[str, Any], stream: bool,
+                 log_metrics: bool = True) -> GenRequest:
+    """Validate lengths like SGLang's tokenizer manager and build a scheduler request."""
+    ctx = state.context_len
+    if len(prompt_ids) >= ctx:
+        raise BadRequest(f"The input ({len(prompt_ids)} tokens) is longer than the model's context length "
+                         f"({ctx} tokens).")
+    max_new = params.get("max_new_tokens")
+    if max_new is None:
+        max_new = DEFAULT_MAX_NEW_TOKENS
+    if not isinstance(max_new, int) or max_new < 0:
+        raise BadRequest(f"max_new_tokens must be at least 0, got {max_new}.")
+    if max_new + len(prompt_ids) > ctx:
+        total = max_new + len(prompt_ids)
+        raise BadRequest(
+            f"Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a "
+            f"total of {total} tokens: {len(prompt_ids)} tokens from the input messages and {max_new} tokens for "
+            "the completion. Please reduce the number of tokens in the input messages or the completion to fit "
+            "within the limit."
+        )
+    temperature = params.get("temperature", 1.0)
+    return GenRequest(
+        prompt_ids=prompt_ids or [0],
+        max_new_tokens=max_new,
+        ignore_eos=bool(params.get("ignore_eos", False)),
+        temperature=float(temperature if temperature is not None else 1.0),
+        stream=stream,
+        log_metrics=log_metrics,
+    )
+
+
+async def wait_finished(state: State, req: GenRequest, request: Request | None) -> None:
+    """Wait for ``req`` to finish; abort it if the HTTP client goes away meanwhile."""
+    while not req.finished:
+        req.event.clear()
+        try:
+            await asyncio.wait_for(req.event.wait(), DISCONNECT_POLL_S)
+        except asyncio.TimeoutError:
+            if request is not None and await request.is_disconnected():
+                state.scheduler.abort(req)
+                raise BadRequest(f"Request is disconnected from the client side (type 1). Abort request "
+                                 f"obj.rid='{req.rid}'") from None
+
+
+async def updates(state: State, req: GenRequest) -> AsyncIterator[GenRequest]:
+    """Yield ``req`` after each scheduler output (coalesced if the consumer is slower), until it finishes.
+
+    The request is aborted if the consumer stops early (client disconnect)."""
+    try:
+        while True:
+            await req.event.wait()
+            req.event.clear()
+            yield req
+            if req.finished:
+                return
+    finally:
+        if not req.finished:
+            state.scheduler.abort(req)
+
+
+def create_app(state: State) -> FastAPI:
+    """The FastAPI application with SGLang's routes (and /metrics only with --enable-metrics)."""
+    app = FastAPI(openapi_url=None)
+    app.state.sim = state
+    fields = state.fields
+    if fields["api_key"] or fields["admin_api_key"]:
+        app.add_middleware(ApiKeyMiddleware, api_key=fields["api_key"], admin_api_key=fields["admin_api_key"])
+
+    @app.get("/ready")
+    async def ready() -> Response:
+        return Response(status_code=200 if state.status == "Up" else 503)
+
+    @app.get("/health")
+    @app.get("/health_generate")
+    async def health() -> Response:
+        # SGLang generates one token and answers once any scheduler output arrived (first check after 1 s).
+        if state.status != "Up":
+            return Response(status_code=503)
+        await asyncio.sleep(1)
+        return Response(status_code=200)
+
+    @app.get("/model_info")
+    async def get_model_info() -> Response:
+        return json_response(model_info(state))
+
+    @app.get("/get_model_info")
+    async def get_model_info_deprecated() -> Response:
+        state.launcher_log.warning("Endpoint '/get_model_info' is deprecated and will be removed in a future "
+                                   "version. Please use '/model_info' instead.")
+        return json_response(model_info(state))
+
+    @app.get("/server_info")
+    async def get_server_info() -> Response:
+        return json_response(server_info(state))
+
+    @app.get("/get_server_info")
+    async def get_server_info_deprecated() -> Response:
+        state.launcher_log.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future "
+                                   "version. Please use '/server_info' instead.")
+        return json_response(server_info(state))
+
+    @app.get("/get_load")
+    async def get_load() -> Response:
+        sched = state.scheduler
+        return json_response([{"dp_rank": 0, "num_reqs": len(sched.running) + len(sched.waiting),
+                               "num_waiting_reqs": len(sched.waiting), "num_tokens": sched.used_tokens()}])
+
+    @app.api_route("/generate", methods=["POST", "PUT"])
+    async def generate(request: Request) -> Response:
+        try:
+            body = await request.json()
+        except ValueError:
+            return json_response({"error": {"message": "Invalid JSON body"}}, 400)
+        if not isinstance(body, dict):
+            return json_response({"error": "The request body must be a JSON object."}, 400)
+        return await _generate(state, body, request)
+
+    @app.api_route("/flush_cache", methods=["GET", "POST"])
+    async def flush_cache(timeout: float = 0.0) -> Response:
+        sched = state.scheduler
+        deadline = time.monotonic() + max(timeout, 0.0)
+        while not sched.idle and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        if not sched.idle:
+            state.scheduler_log.warning(
+                f"Cache not flushed because there are pending requests. #queue-req: {len(sched.waiting)}, "
+                f"#running-req: {len(sched.running)}"
+            )
+            message = "Timed out waiting for idle state." if timeout > 0 else "Flush cache failed.\n"
+            return Response(message, status_code=400)
+        sched.flush_prefix_cache()
+        sched.reset_stats()
+        state.scheduler_log.info("Cache flushed successfully!")
+        return Response("Cache flushed.\nPlease check backend logs for more details. (When there are running or "
+                        "waiting requests, the operation will not be performed.)\n", status_code=200)
+
+    @app.api_route("/freeze_gc", methods=["GET", "POST"])
+    async def freeze_gc() -> Response:
+        return Response("Garbage collection frozen.\n", status_code=200)
+
+    @app.get("/v1/models")
+    async def models() -> Response:
+        return json_response({"object": "list", "data": [model_card(state, state.resolved.served_model_name)]})
+
+    @app.get("/v1/models/{name:path}")
+    async def retrieve_model(name: str) -> Response:
+        if name != state.resolved.served_model_name:
+            return json_response({"error": {"message": f"The model '{name}' does not exist",
+                                            "type": "invalid_request_error", "param": "model",
+                                            "code": "model_not_found"}}, 404)
+        return json_response(model_card(state, name))
+
+    if fields["enable_metrics"]:
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+
+    from autotune.sim.openai_api import add_routes
+    add_routes(app, state)
+    return app
+
+
+def model_card(state: State, name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": int(time.time()), "owned_by": "sglang", "root": name,
+            "parent": None, "max_model_len": state.context_len}
+
+
+def prompt_ids_of(state: State, body: dict[str, Any]) -> list[int]:
+    if body.get("input_ids") is not None:
+        ids = body["input_ids"]
+        if not (isinstance(ids, list) and all(isinstance(i, int) for i in ids)):
+            raise BadRequest("input_ids must be a list of integers")
+        return list(ids)
+    text = body.get("text")
+    if not isinstance(text, str):
+        raise BadRequest("Either text, input_ids or input_embeds should be provided.")
+    return tokens.encode(text, state.profile.model.vocab_size)
+
+
+async def _generate(state: State, body: dict[str, Any], request: Request) -> Response:
+    params = body.get("sampling_params") or {}
+    stream = bool(body.get("stream", False))
+    if isinstance(body.get("text"), list) and not stream:
+        outs = []
+        for text in body["text"]:
+            single = dict(body, text=text)
+            result = await _generate(state, single, request)
+            if result.status_code != 200:
+                return result
+            outs.append(json.loads(result.body))
+        return json_response(outs)
+    try:
+        req = make_request(state, prompt_ids_of(state, body), params, stream,
+                           log_metrics=body.get("log_metrics", True) is not False)
+    except BadRequest as e:
+        state.launcher_log.error(f"[http_server] Error: {e}")
+        return json_response({"error": {"message": str(e)}}, 400)
+    state.scheduler.submit(req)
+    if stream:
+        async def chunks() -> AsyncIterator[bytes]:
+            first = True
+            async for r in updates(state, req):
+                yield sse(output(state, r, first))
+                first = False
+            yield b"data: [DONE]\n\n"
+        return StreamingResponse(chunks(), media_type="text/event-stream")
+    try:
+        await wait_finished(state, req, request)
+    except BadRequest as e:
+        return json_response({"error": {"message": str(e)}}, 400)
+    reason = req.finish_reason or {}
+    if reason.get("type") == "abort" and reason.get("status_code"):
+        return json_response({"object": "error", "message": reason["message"], "type": str(reason["status_code"]),
+                              "param": None, "code": reason["status_code"]}, reason["status_code"])
+    return json_response(output(state, req, True))

@@ -1,0 +1,46 @@
+"""Where studies live: Optuna's RDB storage on SQLite (one tuner) or PostgreSQL (several workers)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+import sqlalchemy.exc
+
+from autotune.errors import UserError
+
+#: seconds a SQLite writer waits for the lock, so optuna-dashboard can read while the daemon writes
+SQLITE_TIMEOUT = 30
+
+
+def open_storage(url: str, create: bool = True) -> optuna.storages.RDBStorage:
+    """Open (and with ``create`` make) the storage at ``url``; errors become one line."""
+    kwargs: dict = {}
+    if url.startswith("sqlite:///"):
+        path = Path(url[len("sqlite:///"):])
+        if not create and not path.exists():
+            raise UserError(f"no study database at {path}: run `autotune run` first")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT}}
+    try:
+        return optuna.storages.RDBStorage(url, **kwargs)
+    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as e:
+        raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None
+
+
+def load_existing_study(name: str, url: str) -> optuna.Study:
+    """An existing study, for commands that only read (status, best, report)."""
+    storage = open_storage(url, create=False)
+    try:
+        return optuna.load_study(study_name=name, storage=storage)
+    except KeyError:
+        raise UserError(f"no study {name!r} in {redact(url)}: run `autotune run --study {name}` first") from None
+
+
+def redact(url: str) -> str:
+    """The URL without its password, for messages and logs."""
+    if "://" in url and "@" in url.split("://", 1)[1]:
+        scheme, rest = url.split("://", 1)
+        creds, host = rest.rsplit("@", 1)
+        user = creds.split(":", 1)[0]
+        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
+    return url

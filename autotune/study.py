@@ -1,0 +1,523 @@
+"""Study files (TOML) -> a validated ``StudySpec``.
+
+Every error names the file, the key and what is allowed, in one line, so a typo never reaches a GPU host.
+"""
+from __future__ import annotations
+
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+from autotune.engines import ENGINES, ArgValue
+from autotune.errors import UserError
+
+SAMPLERS = ("tpe", "gp", "random", "grid")
+OBJECTIVES = ("single", "concurrent", "weighted", "pareto")
+TARGET_KINDS = ("local", "ssh-process", "ssh-systemd")
+PARAM_TYPES = ("int", "float", "categorical")
+
+#: a value that may reach a remote shell or a unit file without surprises
+PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9_./:+=,@%-]+$")
+FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
+STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    name: str
+    kind: str = "local"
+    host: str = "127.0.0.1"
+    port: int = 22
+    user: str | None = None
+    key_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    unit: str | None = None
+    workdir: str = "/tmp/autotune"
+    server_port: int = 30000
+    tunnel: bool = False
+    sudo: bool = False
+    connect_timeout: float = 10.0
+    env: dict[str, str] = field(default_factory=dict)
+    #: ssh-systemd: where units and their drop-ins live on the target
+    unit_dir: str = "/etc/systemd/system"
+    #: ssh-*: how long to keep reconnecting (with backoff) after the connection drops before failing with ssh_lost
+    reconnect_timeout: float = 60.0
+    #: ssh-*: name of a local environment variable holding the SSH password or key passphrase (never the secret itself)
+    password_env: str | None = None
+
+    @property
+    def is_remote(self) -> bool:
+        return self.kind != "local"
+
+    @property
+    def identity(self) -> str:
+        """What makes two targets the same machine and port (for the one-tuner-per-target lock)."""
+        if self.kind == "local":
+            return f"local:{self.server_port}"
+        return f"{self.user or ''}@{self.host}:{self.port}:{self.unit or self.server_port}"
+
+
+@dataclass(frozen=True)
+class EngineSpec:
+    kind: str
+    command: list[str]
+    args: dict[str, ArgValue]
+    env: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class ParamSpec:
+    name: str
+    type: str
+    low: float | None = None
+    high: float | None = None
+    step: float | None = None
+    log: bool = False
+    choices: tuple[ArgValue, ...] = ()
+
+    def values(self) -> list[ArgValue]:
+        """Every value of a discrete parameter (ints and categoricals); floats need a step."""
+        if self.type == "categorical":
+            return list(self.choices)
+        assert self.low is not None and self.high is not None
+        step = self.step or 1
+        n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
+        if self.type == "int":
+            return [int(self.low + i * step) for i in range(n)]
+        return [round(self.low + i * step, 12) for i in range(n)]
+
+
+@dataclass(frozen=True)
+class WorkloadSpec:
+    prompts: str = "builtin"
+    max_tokens: int = 256
+    temperature: float = 0.0
+    concurrency: tuple[int, ...] = (1, 8, 32)
+    requests: int = 32
+    warmup: int = 2
+    request_timeout: float = 300.0
+    tolerance: float = 0.03
+    min_repeats: int = 1
+    max_repeats: int = 3
+
+
+@dataclass(frozen=True)
+class ConstraintSpec:
+    min_running_requests: int | None = None
+    max_ttft_p99_ms: float | None = None
+    max_itl_p99_ms: float | None = None
+    max_error_rate: float = 0.0
+
+
+@dataclass(frozen=True)
+class HealthSpec:
+    interval: float = 0.5
+    timeout: float = 900.0
+
+
+@dataclass(frozen=True)
+class StudySpec:
+    name: str
+    path: Path
+    storage: str
+    trials: int
+    sampler: str
+    objective: str
+    seed: int | None
+    startup_trials: int | None
+    pruning: bool
+    targets: dict[str, TargetSpec]
+    engine: EngineSpec
+    space: tuple[ParamSpec, ...]
+    workload: WorkloadSpec
+    constraints: ConstraintSpec
+    health: HealthSpec
+    text: str = field(repr=False, default="")
+
+    @property
+    def directory(self) -> Path:
+        return self.path.parent
+
+    @property
+    def state_prefix(self) -> Path:
+        """Where this study's files live beside the study file: NAME.db, NAME.log, NAME-logs/, NAME-artifacts/."""
+        return self.directory / self.name
+
+    def target(self, name: str | None = None) -> TargetSpec:
+        if name is None:
+            if len(self.targets) == 1:
+                return next(iter(self.targets.values()))
+            raise UserError(
+                f"{self.path}: several targets ({', '.join(self.targets)}); choose one with --target NAME"
+            )
+        if name not in self.targets:
+            raise UserError(f"{self.path}: no target {name!r}; targets: {', '.join(self.targets)}")
+        return self.targets[name]
+
+    @property
+    def directions(self) -> list[str]:
+        return ["maximize", "maximize"] if self.objective == "pareto" else ["maximize"]
+
+    @property
+    def param_names(self) -> list[str]:
+        return [p.name for p in self.space]
+
+
+def find_study_file(name: str, studies_dir: Path | None = None) -> Path:
+    """NAME is a path to a .toml file, or a name under ./studies."""
+    candidate = Path(name).expanduser()
+    if candidate.suffix == ".toml" or "/" in name:
+        if not candidate.is_file():
+            raise UserError(f"study file {candidate} does not exist")
+        return candidate.resolve()
+    base = studies_dir or Path.cwd() / "studies"
+    path = base / f"{name}.toml"
+    if not path.is_file():
+        known = sorted(p.stem for p in base.glob("*.toml")) if base.is_dir() else []
+        hint = f"; studies in {base}: {', '.join(known)}" if known else f"; no studies in {base}"
+        raise UserError(f"unknown study {name!r}: {path} does not exist{hint}")
+    return path.resolve()
+
+
+def load_study(name_or_path: str, studies_dir: Path | None = None) -> StudySpec:
+    """Find, parse and validate a study file."""
+    path = find_study_file(name_or_path, studies_dir)
+    try:
+        text = path.read_text()
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as e:
+        raise UserError(f"{path}: not valid TOML: {e}") from None
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    return parse_study(data, path, text)
+
+
+def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
+    v = _Validator(path)
+    v.only(data, "", ("study", "target", "targets", "engine", "space", "workload", "constraints", "health"))
+
+    study = v.table(data, "study")
+    v.only(study, "study", ("name", "storage", "trials", "sampler", "objective", "seed", "startup_trials", "pruning"))
+    name = v.get(study, "study", "name", str, path.stem)
+    if not STUDY_NAME.match(name):
+        v.fail("study", "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
+    storage = v.get(study, "study", "storage", str, f"sqlite:///{path.parent / name}.db")
+    storage = _resolve_storage(storage, path.parent, v)
+    trials = v.integer(study, "study", "trials", 40, low=1)
+    sampler = v.choice(study, "study", "sampler", SAMPLERS, "tpe")
+    objective = v.choice(study, "study", "objective", OBJECTIVES, "weighted")
+    seed = v.integer(study, "study", "seed", None, low=0)
+    startup_trials = v.integer(study, "study", "startup_trials", None, low=0)
+    pruning = v.get(study, "study", "pruning", bool, objective != "pareto")
+    if pruning and objective == "pareto":
+        v.fail("study", "pruning", "is not available with objective = \"pareto\" (Optuna prunes single objectives only)")
+
+    targets = _targets(data, v)
+    engine = _engine(data, v, path)
+    space = _space(data, v, engine)
+    workload = _workload(data, v)
+    constraints = _constraints(data, v)
+    health = _health(data, v)
+    if sampler == "grid":
+        for p in space:
+            if p.type == "float" and p.step is None:
+                v.fail(f"space.{p.name}", "step", "is required for a float parameter with sampler = \"grid\"")
+    return StudySpec(
+        name=name, path=path, storage=storage, trials=trials, sampler=sampler, objective=objective, seed=seed,
+        startup_trials=startup_trials, pruning=pruning, targets=targets, engine=engine, space=space,
+        workload=workload, constraints=constraints, health=health, text=text,
+    )
+
+
+def _resolve_storage(url: str, base: Path, v: _Validator) -> str:
+    """Relative SQLite paths are relative to the study file's directory."""
+    if url.startswith("sqlite:///"):
+        rest = url[len("sqlite:///"):]
+        if rest in ("", ":memory:"):
+            v.fail("study", "storage", "must name a database file; an in-memory database would lose the study")
+        p = Path(rest).expanduser()
+        if not p.is_absolute():
+            p = base / p
+        return f"sqlite:///{p}"
+    if url.startswith(("postgresql://", "postgresql+", "mysql://", "mysql+")):
+        return url
+    v.fail("study", "storage", f"must be sqlite:///PATH or postgresql://..., got {url!r}")
+    raise AssertionError  # unreachable
+
+
+_TARGET_KEYS = (
+    "kind", "host", "port", "user", "key_file", "known_hosts", "unit", "workdir", "server_port", "tunnel",
+    "sudo", "connect_timeout", "env", "unit_dir", "reconnect_timeout", "password_env",
+)
+
+
+def _targets(data: dict[str, Any], v: _Validator) -> dict[str, TargetSpec]:
+    if "target" in data and "targets" in data:
+        v.fail("", "targets", "give either [target] or [targets.NAME] tables, not both")
+    if "targets" in data:
+        tables = v.table(data, "targets")
+        if not tables:
+            v.fail("", "targets", "needs at least one [targets.NAME] table")
+        out = {}
+        for tname, table in tables.items():
+            if not isinstance(table, dict):
+                v.fail("targets", tname, "must be a table of target keys")
+            if not FLAG_NAME.match(tname):
+                v.fail("targets", tname, "target names must be letters, digits, '_' or '-'")
+            out[tname] = _target(table, f"targets.{tname}", tname, v)
+        return out
+    table = v.table(data, "target")
+    return {"default": _target(table, "target", "default", v)}
+
+
+def _target(t: dict[str, Any], where: str, name: str, v: _Validator) -> TargetSpec:
+    v.only(t, where, _TARGET_KEYS)
+    kind = v.choice(t, where, "kind", TARGET_KINDS, "local")
+    remote = kind != "local"
+    host = v.get(t, where, "host", str, None if remote else "127.0.0.1")
+    if host is None:
+        v.fail(where, "host", f"is required for kind = {kind!r}")
+    if not PLAIN_TOKEN.match(host):
+        v.fail(where, "host", f"must be a host name or address, got {host!r}")
+    unit = v.get(t, where, "unit", str, None)
+    if kind == "ssh-systemd":
+        if unit is None:
+            v.fail(where, "unit", "is required for kind = \"ssh-systemd\" (e.g. \"sglang.service\")")
+        if not re.match(r"^[A-Za-z0-9:_.@-]+\.service$", unit):
+            v.fail(where, "unit", f"must be a systemd service name ending in .service, got {unit!r}")
+    elif unit is not None:
+        v.fail(where, "unit", f"only applies to kind = \"ssh-systemd\", not {kind!r}")
+    if not remote:
+        for key in ("user", "key_file", "tunnel", "sudo"):
+            if key in t:
+                v.fail(where, key, "only applies to ssh-process and ssh-systemd targets")
+    workdir = v.get(t, where, "workdir", str, "/tmp/autotune")
+    if not workdir.startswith(("/", "~")) or not PLAIN_TOKEN.match(workdir.lstrip("~")):
+        v.fail(where, "workdir", f"must be an absolute path of plain characters, got {workdir!r}")
+    user = v.get(t, where, "user", str, None)
+    if user is not None and not re.match(r"^[a-z_][a-z0-9_.-]*$", user):
+        v.fail(where, "user", f"must be a login name, got {user!r}")
+    env = v.get(t, where, "env", dict, {})
+    _check_env(env, f"{where}.env", v)
+    unit_dir = v.get(t, where, "unit_dir", str, "/etc/systemd/system")
+    if not unit_dir.startswith("/") or not PLAIN_TOKEN.match(unit_dir):
+        v.fail(where, "unit_dir", f"must be an absolute path of plain characters, got {unit_dir!r}")
+    password_env = v.get(t, where, "password_env", str, None)
+    if password_env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", password_env):
+        v.fail(where, "password_env", "names an environment variable (the password itself never goes in a study)")
+    return TargetSpec(
+        name=name, kind=kind, host=host, port=v.integer(t, where, "port", 22, low=1, high=65535), user=user,
+        key_file=v.get(t, where, "key_file", str, None),
+        known_hosts=v.get(t, where, "known_hosts", str, "~/.ssh/known_hosts"), unit=unit, workdir=workdir,
+        server_port=v.integer(t, where, "server_port", 30000, low=1, high=65535),
+        tunnel=v.get(t, where, "tunnel", bool, False), sudo=v.get(t, where, "sudo", bool, False),
+        connect_timeout=v.number(t, where, "connect_timeout", 10.0, low=0.5, high=300), env=env,
+        unit_dir=unit_dir, reconnect_timeout=v.number(t, where, "reconnect_timeout", 60.0, low=0, high=3600),
+        password_env=password_env,
+    )
+
+
+def _check_env(env: dict[str, Any], where: str, v: _Validator) -> None:
+    for key, value in env.items():
+        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+            v.fail(where, key, "environment variable names must be letters, digits and '_'")
+        if not isinstance(value, str) or not PLAIN_TOKEN.match(value):
+            v.fail(where, key, f"must be a plain string value (letters, digits, ./:+=,@%_-), got {value!r}")
+
+
+def _engine(data: dict[str, Any], v: _Validator, path: Path) -> EngineSpec:
+    e = v.table(data, "engine")
+    v.only(e, "engine", ("kind", "command", "args", "env"))
+    kind = v.choice(e, "engine", "kind", ENGINES, None)
+    if kind is None:
+        v.fail("engine", "kind", f"is required; allowed: {', '.join(ENGINES)}")
+    command = v.get(e, "engine", "command", list, None)
+    if not command or not all(isinstance(c, str) and c for c in command):
+        v.fail("engine", "command", "is required: a non-empty list of strings, e.g. [\"python3\", \"-m\", \"sglang.launch_server\"]")
+    args = v.get(e, "engine", "args", dict, {})
+    for key, value in args.items():
+        _check_arg(key, value, "engine.args", v)
+    env = v.get(e, "engine", "env", dict, {})
+    _check_env(env, "engine.env", v)
+    return EngineSpec(kind=kind, command=list(command), args=dict(args), env=env)
+
+
+def _check_arg(key: str, value: Any, where: str, v: _Validator) -> None:
+    if not FLAG_NAME.match(key):
+        v.fail(where, key, "flag names are written without leading dashes: letters, digits, '_' and '-'")
+    if isinstance(value, bool) or isinstance(value, int):
+        return
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            v.fail(where, key, f"must be a finite number, got {value!r}")
+        return
+    if not isinstance(value, str):
+        v.fail(where, key, f"must be a string, number or true (a bare flag), got {type(value).__name__}")
+    if value == "" or any(ord(c) < 32 for c in value):
+        v.fail(where, key, "must be a non-empty single-line string")
+
+
+def _space(data: dict[str, Any], v: _Validator, engine: EngineSpec) -> tuple[ParamSpec, ...]:
+    space = v.table(data, "space")
+    if not space:
+        v.fail("", "space", "is empty: name at least one server flag to tune, e.g. [space.speculative-num-steps]")
+    out = []
+    for name, p in space.items():
+        where = f"space.{name}"
+        if not isinstance(p, dict):
+            v.fail("space", name, "must be a table with type = \"int\" | \"float\" | \"categorical\"")
+        if not FLAG_NAME.match(name):
+            v.fail("space", name, "flag names are written without leading dashes: letters, digits, '_' and '-'")
+        ptype = v.choice(p, where, "type", PARAM_TYPES, None)
+        if ptype is None:
+            v.fail(where, "type", f"is required; allowed: {', '.join(PARAM_TYPES)}")
+        if ptype == "categorical":
+            v.only(p, where, ("type", "choices"))
+            choices = v.get(p, where, "choices", list, None)
+            if not choices:
+                v.fail(where, "choices", "must be a non-empty list")
+            for c in choices:
+                if isinstance(c, bool) or isinstance(c, (int, float)):
+                    continue
+                if not isinstance(c, str) or not PLAIN_TOKEN.match(c):
+                    v.fail(where, "choices", f"values must be numbers, true/false or plain tokens (letters, digits, ./:+=,@%_-), got {c!r}")
+            if len(set(map(repr, choices))) != len(choices):
+                v.fail(where, "choices", "has duplicate values")
+            out.append(ParamSpec(name=name, type=ptype, choices=tuple(choices)))
+            continue
+        v.only(p, where, ("type", "low", "high", "step", "log"))
+        num = int if ptype == "int" else float
+        low = v.number(p, where, "low", None)
+        high = v.number(p, where, "high", None)
+        if low is None or high is None:
+            v.fail(where, "low" if low is None else "high", f"is required for type = \"{ptype}\"")
+        if ptype == "int" and (low != int(low) or high != int(high)):
+            v.fail(where, "low", "and high must be whole numbers for type = \"int\"")
+        if low > high:
+            v.fail(where, "low", f"must not exceed high ({low} > {high})")
+        step = v.number(p, where, "step", None, low=0)
+        log = v.get(p, where, "log", bool, False)
+        if step is not None and step <= 0:
+            v.fail(where, "step", "must be positive")
+        if ptype == "int" and step is not None and step != int(step):
+            v.fail(where, "step", "must be a whole number for type = \"int\"")
+        if log and (low <= 0 or step not in (None, 1)):
+            v.fail(where, "log", "needs low > 0 and no step")
+        out.append(ParamSpec(name=name, type=ptype, low=num(low), high=num(high),
+                             step=None if step is None else num(step), log=log))
+    return tuple(out)
+
+
+def _workload(data: dict[str, Any], v: _Validator) -> WorkloadSpec:
+    w = v.table(data, "workload")
+    where = "workload"
+    v.only(w, where, ("prompts", "max_tokens", "temperature", "concurrency", "requests", "warmup",
+                      "request_timeout", "tolerance", "min_repeats", "max_repeats"))
+    conc = v.get(w, where, "concurrency", list, [1, 8, 32])
+    if not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc):
+        v.fail(where, "concurrency", f"must be a non-empty list of positive integers, got {conc!r}")
+    if len(set(conc)) != len(conc):
+        v.fail(where, "concurrency", "has duplicate levels")
+    min_rep = v.integer(w, where, "min_repeats", 1, low=1, high=20)
+    max_rep = v.integer(w, where, "max_repeats", 3, low=1, high=20)
+    if max_rep < min_rep:
+        v.fail(where, "max_repeats", f"must be at least min_repeats ({min_rep})")
+    return WorkloadSpec(
+        prompts=v.get(w, where, "prompts", str, "builtin"),
+        max_tokens=v.integer(w, where, "max_tokens", 256, low=2, high=1_000_000),
+        temperature=v.number(w, where, "temperature", 0.0, low=0, high=2),
+        concurrency=tuple(sorted(conc)),
+        requests=v.integer(w, where, "requests", 32, low=1, high=100_000),
+        warmup=v.integer(w, where, "warmup", 2, low=0, high=1000),
+        request_timeout=v.number(w, where, "request_timeout", 300.0, low=1, high=86400),
+        tolerance=v.number(w, where, "tolerance", 0.03, low=0.001, high=1),
+        min_repeats=min_rep, max_repeats=max_rep,
+    )
+
+
+def _constraints(data: dict[str, Any], v: _Validator) -> ConstraintSpec:
+    c = v.table(data, "constraints")
+    where = "constraints"
+    v.only(c, where, ("min_running_requests", "max_ttft_p99_ms", "max_itl_p99_ms", "max_error_rate"))
+    return ConstraintSpec(
+        min_running_requests=v.integer(c, where, "min_running_requests", None, low=1),
+        max_ttft_p99_ms=v.number(c, where, "max_ttft_p99_ms", None, low=0),
+        max_itl_p99_ms=v.number(c, where, "max_itl_p99_ms", None, low=0),
+        max_error_rate=v.number(c, where, "max_error_rate", 0.0, low=0, high=1),
+    )
+
+
+def _health(data: dict[str, Any], v: _Validator) -> HealthSpec:
+    h = v.table(data, "health")
+    v.only(h, "health", ("interval", "timeout"))
+    return HealthSpec(
+        interval=v.number(h, "health", "interval", 0.5, low=0.25, high=1.0),
+        timeout=v.number(h, "health", "timeout", 900.0, low=1, high=86400),
+    )
+
+
+class _Validator:
+    """Typed reads from TOML tables that fail with 'FILE: [table] key: what is allowed'."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, key: str, message: str) -> None:
+        place = f"[{where}] {key}" if where else key
+        raise UserError(f"{self.path}: {place}: {message}")
+
+    def table(self, data: dict[str, Any], key: str) -> dict[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            self.fail("", key, "must be a table")
+        return value
+
+    def only(self, table: dict[str, Any], where: str, allowed: tuple[str, ...]) -> None:
+        for key in table:
+            if key not in allowed:
+                self.fail(where, key, f"unknown key; allowed: {', '.join(allowed)}")
+
+    def get(self, table: dict[str, Any], where: str, key: str, kind: type, default: Any) -> Any:
+        if key not in table:
+            return default
+        value = table[key]
+        if kind is not bool and isinstance(value, bool) or not isinstance(value, kind):
+            names = {str: "a string", bool: "true or false", list: "a list", dict: "a table"}
+            self.fail(where, key, f"must be {names.get(kind, kind.__name__)}, got {value!r}")
+        return value
+
+    def choice(self, table: dict[str, Any], where: str, key: str, allowed: tuple[str, ...], default: Any) -> Any:
+        value = self.get(table, where, key, str, default)
+        if value is not None and value not in allowed:
+            self.fail(where, key, f"must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+
+    def number(self, table: dict[str, Any], where: str, key: str, default: Any,
+               low: float | None = None, high: float | None = None) -> Any:
+        return self._bounded(table, where, key, default, low, high, (int, float), "a number")
+
+    def integer(self, table: dict[str, Any], where: str, key: str, default: Any,
+                low: int | None = None, high: int | None = None) -> Any:
+        return self._bounded(table, where, key, default, low, high, (int,), "a whole number")
+
+    def _bounded(self, table: dict[str, Any], where: str, key: str, default: Any, low: float | None,
+                 high: float | None, kinds: tuple[type, ...], what: str) -> Any:
+        if key not in table:
+            return default
+        value = table[key]
+        if isinstance(value, bool) or not isinstance(value, kinds) or (isinstance(value, float) and not math.isfinite(value)):
+            self.fail(where, key, f"must be {what}, got {value!r}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            rng = f"from {low} to {high}" if low is not None and high is not None else (
+                f"at least {low}" if low is not None else f"at most {high}")
+            self.fail(where, key, f"must be {rng}, got {value!r}")
+        return value
+

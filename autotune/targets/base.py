@@ -1,0 +1,82 @@
+"""Where a server runs: a target deploys an argv, and a deployment is one start of the server.
+
+A target owns the whole life of the server it starts: it never starts one while another still holds the port, it
+stops the whole process tree, it keeps every start's log, and at the end of a study it can put back what ran before.
+"""
+from __future__ import annotations
+
+import shlex
+from abc import ABC, abstractmethod
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from autotune.study import TargetSpec
+
+
+class Deployment(ABC):
+    """One start of the server, from launch until it is stopped."""
+
+    #: the URL the tuner reaches the server at (through a tunnel where the target uses one)
+    base_url: str
+    #: a local file that receives this start's server log as it is read
+    log_path: Path
+
+    @abstractmethod
+    def exit_status(self) -> int | None:
+        """The server's exit status once it has exited (negative: killed by that signal); None while it runs."""
+
+    @abstractmethod
+    def read_log(self) -> str:
+        """Log text written since the previous call (also appended to ``log_path``)."""
+
+
+class Target(ABC):
+    """A machine and port the tuner deploys servers to."""
+
+    def __init__(self, spec: TargetSpec) -> None:
+        self.spec = spec
+
+    @property
+    def name(self) -> str:
+        return self.spec.name
+
+    #: whether the server should keep running after the tuner exits (False for local targets)
+    keeps_server: bool = True
+
+    def preflight(self, command: list[str]) -> None:
+        """Checks that need no deployment (reachable, the server command exists); raises ``UserError``.
+
+        Run before a study is created, so a typo in the study never leaves a half-made study behind.
+        """
+
+    @abstractmethod
+    def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> Deployment:
+        """Stop what this target runs, make sure the port is free, and start ``argv``.
+
+        Raises ``TrialFailure`` (port_busy, deploy_failed, ssh_lost) when the server cannot be started.
+        """
+
+    def rendered(self, argv: list[str], env: dict[str, str]) -> tuple[str, str]:
+        """What this target makes of a launch, as a file name and its text (for the trial's artifacts)."""
+        lines = [f"{k}={shlex.quote(v)} \\" for k, v in env.items()] + [shlex.join(argv)]
+        return "command.sh", "\n".join(lines) + "\n"
+
+    @abstractmethod
+    def stop(self) -> None:
+        """Stop the server this target started (its whole process tree) and wait until the port is free."""
+
+    def restore(self, argv: list[str], env: dict[str, str], log_path: Path) -> Deployment | None:
+        """Put back the server as it was before tuning; ``argv`` is the study's baseline for targets that keep no
+        copy of their own. Returns the deployment to wait for, or None when nothing is to run."""
+        return self.deploy(argv, env, log_path)
+
+    @abstractmethod
+    def base_url(self) -> str:
+        """The URL of the server running on the target now, whoever started it."""
+
+    @abstractmethod
+    def lock(self, holder: str) -> AbstractContextManager[None]:
+        """Hold the target for one tuner; raises ``UserError`` naming the current holder if another has it."""
+
+    def close(self) -> None:
+        """Release connections; the server keeps running unless ``stop`` was called."""

@@ -1,0 +1,216 @@
+"""The local target: the server runs on this machine as its own process group.
+
+Each start gets a new session (so the whole tree can be signalled at once and a Ctrl-C to the tuner does not reach
+it), writes its log to the trial's log file, and is recorded in a pid file so that a server orphaned by a killed
+tuner is found and stopped by the next one instead of holding the port (and, on a GPU host, its memory).
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+from contextlib import AbstractContextManager
+from pathlib import Path
+from typing import Callable
+
+from autotune.errors import TrialFailure, UserError
+from autotune.lock import FileLock, holder_description, state_dir
+from autotune.study import TargetSpec
+from autotune.targets.base import Deployment, Target
+
+STOP_GRACE = 10.0      # seconds between SIGTERM and SIGKILL
+PORT_WAIT = 30.0       # seconds to wait for the port to be released after the tree is gone
+
+
+class LocalDeployment(Deployment):
+    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log_path: Path) -> None:
+        self.proc = proc
+        self.base_url = base_url
+        self.log_path = log_path
+        self._offset = 0
+
+    def exit_status(self) -> int | None:
+        return self.proc.poll()
+
+    def read_log(self) -> str:
+        try:
+            with open(self.log_path, "rb") as f:
+                f.seek(self._offset)
+                data = f.read()
+        except FileNotFoundError:
+            return ""
+        # only hand out whole lines, so a fatal line is never matched half-written
+        end = data.rfind(b"\n") + 1
+        self._offset += end
+        return data[:end].decode("utf-8", "replace")
+
+
+class LocalTarget(Target):
+    keeps_server = False
+
+    def __init__(self, spec: TargetSpec, cwd: Path | None = None) -> None:
+        super().__init__(spec)
+        self.cwd = cwd
+        self.current: LocalDeployment | None = None
+        self._pidfile = state_dir() / f"local-{spec.server_port}.pid"
+
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.spec.server_port}"
+
+    def lock(self, holder: str) -> AbstractContextManager[None]:
+        return FileLock(self.spec.identity, holder_description(holder))
+
+    def preflight(self, command: list[str]) -> None:
+        if resolve_command(command[0], self.cwd) is None:
+            where = f" (relative to {self.cwd})" if "/" in command[0] and self.cwd else " on PATH"
+            raise UserError(f"server command not found{where}: {command[0]}")
+
+    def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> LocalDeployment:
+        self.stop()
+        self._stop_orphan()
+        port = self.spec.server_port
+        if port_open(port):
+            raise TrialFailure("port_busy", f"port {port} on 127.0.0.1 is held by {port_holder(port) or 'another process'}")
+        executable = resolve_command(argv[0], self.cwd)
+        if executable is None:
+            raise TrialFailure("deploy_failed", f"server command not found: {argv[0]}")
+        log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_path, "ab") as log:
+            try:
+                proc = subprocess.Popen(
+                    [executable, *argv[1:]], cwd=self.cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
+                )
+            except OSError as e:
+                raise TrialFailure("deploy_failed", f"cannot start {argv[0]}: {e.strerror}") from None
+        self._pidfile.write_text(json.dumps({"pid": proc.pid, "argv": argv}))
+        self.current = LocalDeployment(proc, self.base_url(), log_path)
+        return self.current
+
+    def stop(self) -> None:
+        if self.current is None:
+            return
+        proc, self.current = self.current.proc, None
+        kill_group(proc.pid, proc.poll)
+        self._pidfile.unlink(missing_ok=True)
+        wait_port_free(self.spec.server_port)
+
+    def restore(self, argv: list[str], env: dict[str, str], log_path: Path) -> None:
+        """A local server is only ever the tuner's own: nothing runs after the study."""
+        self.stop()
+
+    def _stop_orphan(self) -> None:
+        """Stop a server a previous (killed) tuner started on this port, if it is still running."""
+        try:
+            record = json.loads(self._pidfile.read_text())
+        except (OSError, ValueError):
+            return
+        pid = int(record.get("pid", 0))
+        if pid > 0 and _is_group_leader(pid):
+            kill_group(pid)
+            wait_port_free(self.spec.server_port)
+        self._pidfile.unlink(missing_ok=True)
+
+
+def resolve_command(command: str, cwd: Path | None) -> str | None:
+    """The executable for ``command``: a name on PATH, or a path (relative ones from ``cwd``)."""
+    if "/" not in command:
+        return shutil.which(command)
+    path = Path(command).expanduser()
+    if not path.is_absolute() and cwd is not None:
+        path = cwd / path
+    return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def kill_group(pgid: int, reap: Callable[[], object] | None = None) -> None:
+    """SIGTERM the process group, SIGKILL it after STOP_GRACE, and wait until every member is gone.
+
+    ``reap`` collects the exit status of the group leader when it is our own child.
+    """
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(pgid, sig)
+        deadline = time.monotonic() + STOP_GRACE
+        while time.monotonic() < deadline:
+            if reap is not None:
+                reap()
+            if not _group_alive(pgid):
+                return
+            time.sleep(0.05)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # members that have exited but are not reaped yet still count for killpg; look for a live one
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[2]) == pgid and fields[0] != "Z":
+            return True
+    return False
+
+
+def _is_group_leader(pid: int) -> bool:
+    try:
+        return os.getpgid(pid) == pid
+    except ProcessLookupError:
+        return False
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether something accepts connections on host:port."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.settimeout(1.0)
+        return s.connect_ex((host, port)) == 0
+
+
+def wait_port_free(port: int, timeout: float = PORT_WAIT) -> bool:
+    deadline = time.monotonic() + timeout
+    while port_open(port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def port_holder(port: int) -> str | None:
+    """'pid N (command line)' of the local process listening on ``port``, from /proc; None if unknown."""
+    inodes = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            parts = line.split()
+            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
+                inodes.add(parts[9])
+    if not inodes:
+        return None
+    for proc in Path("/proc").iterdir():
+        if not proc.name.isdigit():
+            continue
+        try:
+            for fd in (proc / "fd").iterdir():
+                target = os.readlink(fd)
+                if target.startswith("socket:[") and target[8:-1] in inodes:
+                    cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
+                    return f"pid {proc.name} ({cmd[:120]})"
+        except OSError:
+            continue
+    return None

@@ -1,0 +1,466 @@
+"""The ssh-systemd target: the server is a systemd service on a remote host; each config is a drop-in.
+
+Why a drop-in and not an edited unit: ``<unit_dir>/<unit>.d/zz-autotune.conf`` resets ``ExecStart=`` and sets the
+trial's command line (plus ``Environment=`` lines). The operator's unit file (User=, GPU settings, Restart=, limits,
+ExecStartPre=...) is never rewritten or even parsed, so nothing of it can be lost or mangled, and going back is
+deleting one file. The ``zz-`` prefix sorts it after the operator's own drop-ins (systemd applies drop-ins in file
+name order across /etc, /run and /usr/lib), so an ``override.conf`` with its own ExecStart= cannot shadow the trial.
+
+Backup: before the first change, the unit as it is (``systemctl cat``, the fragment file, any existing
+zz-autotune.conf, whether it was running) is saved on the target (``<workdir>/unit-<unit>/backup.json``) and a copy
+kept locally (``$XDG_STATE_HOME/autotune/backups/``). An existing backup is never overwritten, so it stays the
+pre-tuning original across tuner restarts and across tuners on other machines (a missing remote copy is put back
+from the local one). ``restore`` puts the drop-in back as it was (removes ours, or restores the file that was
+there), reloads, restarts the unit if it was running before tuning, and then archives the backup (renamed
+``backup.restored-<time>.json``) so the next study starts from the unit as it is then.
+
+ExecStart quoting (systemd.service(5), "Command lines"): every word is written in double quotes with C escapes for
+``\\``, ``"`` and control characters; ``%`` is doubled (specifiers are expanded everywhere in the line, quotes or
+not) and ``$`` is doubled (environment variables are substituted in every argument). A quoted lone ``;`` is an
+argument, not a command separator. The executable (first word) must be a plain path or name: systemd expands no
+variables there and reads ``-@:+!`` prefixes from it, so anything else is refused before deploying.
+
+Logs: ``journalctl _SYSTEMD_INVOCATION_ID=<id>`` of the start (the id is read right after ``systemctl start``),
+continued with ``--after-cursor``: exactly this start's output, nothing of the previous one's shutdown. Exit status:
+``systemctl show`` ActiveState/SubState/ExecMainCode/ExecMainStatus; killed by a signal reads as ``-signal``.
+"""
+from __future__ import annotations
+
+import json
+import posixpath
+import re
+import secrets
+import time
+from contextlib import AbstractContextManager
+from pathlib import Path
+
+from autotune.errors import TrialFailure, UserError
+from autotune.lock import holder_description, state_dir
+from autotune.study import TargetSpec
+from autotune.targets.base import Deployment, Target
+from autotune.targets.process import FIND_PYTHON, HELPER, remote_base_url
+from autotune.targets.ssh import Completed, RemoteLock, SSHConnection, sh_command
+
+DROPIN_NAME = "zz-autotune.conf"
+SYSTEMCTL_TIMEOUT = 300.0   # start/stop wait for the unit's own TimeoutStartSec/TimeoutStopSec (90 s by default)
+PORT_SETTLE = 5.0           # after `systemctl stop` returned, the unit's processes are gone: a port held longer than
+                            # this is someone else's
+SHOW_PROPS = ("ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus", "ExecMainPID", "MainPID",
+              "InvocationID", "NRestarts")
+_RUNNING = ("active", "reloading", "activating", "deactivating")
+_EXECUTABLE = re.compile(r"^[A-Za-z0-9_./+=,][A-Za-z0-9_./+=,@:-]*$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CLD_KILLED, _CLD_DUMPED = 2, 3
+
+
+# -- rendering ---------------------------------------------------------------------------------------------------
+def _c_escape(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch == "\\":
+            out.append("\\\\")
+        elif ch == '"':
+            out.append('\\"')
+        elif ch == "\n":
+            out.append("\\n")
+        elif ch == "\t":
+            out.append("\\t")
+        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
+            out.append(f"\\x{ord(ch):02x}")
+        else:
+            out.append(ch)
+    return "".join(out).replace("%", "%%")
+
+
+def exec_word(word: str) -> str:
+    """One argument of an ExecStart= line, reaching the process exactly as ``word``."""
+    return '"' + _c_escape(word).replace("$", "$$") + '"'
+
+
+def exec_line(argv: list[str]) -> str:
+    """The value of ExecStart= for ``argv``; raises ``TrialFailure`` for an executable systemd cannot take."""
+    if not argv:
+        raise TrialFailure("deploy_failed", "empty server command")
+    if not _EXECUTABLE.match(argv[0]):
+        raise TrialFailure("deploy_failed", f"server command {argv[0]!r} cannot be an ExecStart= executable: use a "
+                                            "plain absolute path (no spaces, quotes, '$' or '%', no leading -@:+!)")
+    return " ".join([exec_word(argv[0]), *(exec_word(a) for a in argv[1:])])
+
+
+def environment_line(name: str, value: str) -> str:
+    """The value of one Environment= assignment (no ``$`` expansion happens there; specifiers do)."""
+    if not _ENV_NAME.match(name):
+        raise TrialFailure("deploy_failed", f"invalid environment variable name {name!r}")
+    return '"' + _c_escape(f"{name}={value}") + '"'
+
+
+def render_dropin(argv: list[str], env: dict[str, str], unit: str, path: str, note: str = "") -> str:
+    lines = [
+        f"# Written by autotune{' (' + note + ')' if note else ''} at {time.strftime('%Y-%m-%d %H:%M:%S')}.",
+        "# The unit's own file is untouched. To go back by hand:",
+        f"#   rm {path} && systemctl daemon-reload && systemctl restart {unit}",
+        "[Service]",
+        "ExecStart=",
+        f"ExecStart={exec_line(argv)}",
+    ]
+    lines += [f"Environment={environment_line(k, v)}" for k, v in env.items()]
+    return "\n".join(lines) + "\n"
+
+
+def parse_show(text: str) -> dict[str, str]:
+    out = {}
+    for line in text.splitlines():
+        if "=" in line:
+            key, value = line.split("=", 1)
+            out[key.strip()] = value.strip()
+    return out
+
+
+def decode_exit(props: dict[str, str]) -> int:
+    """The main process's exit as Deployment.exit_status reports it (negative: killed by that signal)."""
+    try:
+        code = int(props.get("ExecMainCode") or 0)
+        status = int(props.get("ExecMainStatus") or 0)
+    except ValueError:
+        return 1
+    return -status if code in (_CLD_KILLED, _CLD_DUMPED) and status else status
+
+
+class SystemdDeployment(Deployment):
+    """One start of the unit (one invocation id). A poll costs one remote command: ``read_log`` fetches the new
+    journal lines and the unit's state together, and ``exit_status`` right after it uses that state."""
+
+    #: how long the state fetched with the journal stands in for a fresh ``systemctl show``
+    STATE_FRESH = 0.5
+
+    def __init__(self, target: SystemdTarget, invocation: str, since: str, base_url: str, log_path: Path) -> None:
+        self.target = target
+        self.invocation = invocation
+        self.since = since
+        self.base_url = base_url
+        self.log_path = log_path
+        self._cursor: str | None = None
+        self._status: int | None = None
+        self._props: dict[str, str] | None = None
+        self._props_at = 0.0
+        self._mark = f"--- autotune {secrets.token_hex(8)} ---"
+
+    def exit_status(self) -> int | None:
+        if self._status is not None:
+            return self._status
+        if self._props is not None and time.monotonic() - self._props_at < self.STATE_FRESH:
+            p = self._props
+        else:
+            p = self.target.show(*SHOW_PROPS)
+        self._props = None
+        current = p.get("InvocationID", "")
+        if self.invocation and current and current != self.invocation:
+            # restarted since (Restart= or someone else): this start has ended; its status is gone with it
+            self._status = 1
+            return self._status
+        active, sub = p.get("ActiveState", ""), p.get("SubState", "")
+        if active in _RUNNING and sub != "auto-restart":
+            return None
+        self._status = decode_exit(p)
+        return self._status
+
+    def _journal_argv(self) -> list[str]:
+        argv = ["journalctl", "-q", "--no-pager", "-o", "cat", "--show-cursor"]
+        if self.invocation:
+            argv.append(f"_SYSTEMD_INVOCATION_ID={self.invocation}")
+        else:  # a systemd without invocation ids: this unit since the start
+            argv += ["-u", self.target.unit, f"--since=@{self.since}"]
+        if self._cursor:
+            argv.append(f"--after-cursor={self._cursor}")
+        return self.target._argv(argv)
+
+    def read_log(self) -> str:
+        show = self.target._argv(["systemctl", "show", self.target.unit, *_props_args(SHOW_PROPS)])
+        script = f"{sh_command(self._journal_argv())}; echo {sh_command([self._mark])}; {sh_command(show)}"
+        result = self.target.conn.run(script, timeout=60, what="reading the journal")
+        journal, _, state = result.stdout.partition(self._mark + "\n")
+        if state:
+            self._props, self._props_at = parse_show(state), time.monotonic()
+        lines = journal.splitlines()
+        if lines and lines[-1].startswith("-- cursor: "):
+            self._cursor = lines.pop()[len("-- cursor: "):].strip()
+        if not lines:
+            return ""
+        text = "\n".join(lines) + "\n"
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        with open(self.log_path, "a", encoding="utf-8") as f:
+            f.write(text)
+        return text
+
+
+def _props_args(props: tuple[str, ...]) -> list[str]:
+    out = []
+    for prop in props:
+        out += ["-p", prop]
+    return out
+
+
+class SystemdTarget(Target):
+    """kind = "ssh-systemd": the server is ``spec.unit`` on the target, configured by a drop-in."""
+
+    def __init__(self, spec: TargetSpec, conn: SSHConnection | None = None) -> None:
+        super().__init__(spec)
+        if not spec.unit:
+            raise UserError(f"target {spec.name}: kind = \"ssh-systemd\" needs unit = \"NAME.service\"")
+        self.unit: str = spec.unit
+        self.conn = conn or SSHConnection(spec)
+        self.current: SystemdDeployment | None = None
+
+    # -- paths -------------------------------------------------------------------------------------------------
+    @property
+    def dropin_dir(self) -> str:
+        return posixpath.join(self.spec.unit_dir, f"{self.unit}.d")
+
+    @property
+    def dropin_path(self) -> str:
+        return posixpath.join(self.dropin_dir, DROPIN_NAME)
+
+    @property
+    def directory(self) -> str:
+        return posixpath.join(self.conn.resolve(self.spec.workdir), f"unit-{self.unit}")
+
+    @property
+    def backup_path(self) -> str:
+        return posixpath.join(self.directory, "backup.json")
+
+    @property
+    def local_backup_path(self) -> Path:
+        safe = re.sub(r"[^A-Za-z0-9_.@-]+", "_", f"{self.spec.user or ''}@{self.spec.host}-{self.spec.port}-{self.unit}")
+        return state_dir() / "backups" / safe / "backup.json"
+
+    # -- remote commands ---------------------------------------------------------------------------------------
+    def _argv(self, argv: list[str]) -> list[str]:
+        return ["sudo", "-n", *argv] if self.spec.sudo else list(argv)
+
+    def run(self, argv: list[str], *, timeout: float = 60.0, what: str | None = None) -> Completed:
+        return self.conn.run(sh_command(self._argv(argv)), timeout=timeout, what=what or " ".join(argv[:2]))
+
+    def systemctl(self, *args: str, timeout: float = SYSTEMCTL_TIMEOUT) -> Completed:
+        result = self.run(["systemctl", *args], timeout=timeout, what=f"systemctl {args[0]}")
+        if not result.ok:
+            raise TrialFailure("deploy_failed", f"systemctl {' '.join(args)} on {self.spec.host} failed: "
+                                                f"{result.detail()}")
+        return result
+
+    def show(self, *props: str) -> dict[str, str]:
+        argv = ["systemctl", "show", self.unit, *_props_args(props)]
+        result = self.run(argv, timeout=60, what="systemctl show")
+        if not result.ok:
+            raise TrialFailure("deploy_failed", f"systemctl show {self.unit} on {self.spec.host} failed: "
+                                                f"{result.detail()}")
+        return parse_show(result.stdout)
+
+    def _read_root_file(self, path: str) -> str | None:
+        try:
+            return self.conn.read_text(path)
+        except PermissionError:
+            if not self.spec.sudo:
+                raise TrialFailure("deploy_failed", f"cannot read {path} on {self.spec.host} (set sudo = true?)")
+        result = self.run(["cat", "--", path], what=f"reading {path}")
+        return result.stdout if result.ok else None
+
+    # -- backup ------------------------------------------------------------------------------------------------
+    def load_backup(self) -> dict[str, object] | None:
+        """The pre-tuning backup: the target's copy, else the local one."""
+        text = self.conn.read_text(self.backup_path)
+        if text is None and self.local_backup_path.is_file():
+            text = self.local_backup_path.read_text()
+        if not text:
+            return None
+        try:
+            return json.loads(text)
+        except ValueError:
+            raise UserError(f"the unit backup {self.backup_path} on {self.spec.host} is not valid JSON; "
+                            f"fix or remove it (the local copy is {self.local_backup_path})") from None
+
+    def ensure_backup(self) -> dict[str, object]:
+        """Take the backup of the unit as it is now, unless one exists (it is never overwritten)."""
+        remote = self.conn.read_text(self.backup_path)
+        if remote is not None:
+            self._keep_local(remote)
+            return json.loads(remote)
+        if self.local_backup_path.is_file():
+            local = self.local_backup_path.read_text()
+            self.conn.makedirs(self.directory)
+            self.conn.write_bytes(self.backup_path, local.encode(), 0o600, exclusive=True)
+            return json.loads(local)
+        props = self.show("LoadState", "ActiveState", "FragmentPath", "DropInPaths", "UnitFileState")
+        if props.get("LoadState") not in ("loaded",):
+            raise UserError(f"target {self.spec.name}: unit {self.unit} is not loaded on {self.spec.host} "
+                            f"(LoadState={props.get('LoadState') or '?'}); check the unit name")
+        fragment_path = props.get("FragmentPath", "")
+        cat = self.run(["systemctl", "cat", self.unit], what="systemctl cat")
+        record = {
+            "unit": self.unit,
+            "host": self.spec.host,
+            "taken": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "active_state": props.get("ActiveState"),
+            "unit_file_state": props.get("UnitFileState"),
+            "fragment_path": fragment_path,
+            "fragment": self._read_root_file(fragment_path) if fragment_path else None,
+            "dropin_paths": props.get("DropInPaths", "").split(),
+            "dropin_path": self.dropin_path,
+            "dropin": self._read_root_file(self.dropin_path),
+            "systemctl_cat": cat.stdout if cat.ok else None,
+        }
+        text = json.dumps(record, indent=1) + "\n"
+        self.conn.makedirs(self.directory)
+        if not self.conn.write_bytes(self.backup_path, text.encode(), 0o600, exclusive=True):
+            text = self.conn.read_text(self.backup_path) or text  # another tuner's (earlier) backup wins
+        self._keep_local(text)
+        return json.loads(text)
+
+    def _keep_local(self, text: str) -> None:
+        path = self.local_backup_path
+        if path.exists():
+            return
+        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            with open(path, "x", encoding="utf-8") as f:
+                f.write(text)
+        except FileExistsError:
+            pass
+
+    def _archive_backup(self) -> None:
+        stamp = time.strftime("%Y%m%d-%H%M%S")
+        if self.conn.exists(self.backup_path):
+            self.conn.rename(self.backup_path, posixpath.join(self.directory, f"backup.restored-{stamp}.json"))
+        if self.local_backup_path.exists():
+            self.local_backup_path.rename(self.local_backup_path.with_name(f"backup.restored-{stamp}.json"))
+
+    # -- the drop-in -------------------------------------------------------------------------------------------
+    def _install_dropin(self, text: str) -> None:
+        if not self.spec.sudo:
+            try:
+                self.conn.makedirs(self.dropin_dir)
+                self.conn.write_bytes(self.dropin_path, text.encode(), 0o644)
+            except PermissionError:
+                raise TrialFailure("deploy_failed", f"cannot write {self.dropin_path} on {self.spec.host} as "
+                                                    f"{self.spec.user or 'this user'} (set sudo = true?)") from None
+            return
+        self.conn.makedirs(self.directory)
+        upload = posixpath.join(self.directory, DROPIN_NAME + ".upload")
+        self.conn.write_bytes(upload, text.encode(), 0o644)
+        result = self.run(["install", "-D", "-m", "0644", upload, self.dropin_path], what="installing the drop-in")
+        if not result.ok:
+            raise TrialFailure("deploy_failed", f"cannot install {self.dropin_path} with sudo -n on "
+                                                f"{self.spec.host}: {result.detail()}")
+
+    def _remove_dropin(self) -> None:
+        if not self.spec.sudo:
+            try:
+                self.conn.remove(self.dropin_path)
+            except PermissionError:
+                raise TrialFailure("deploy_failed", f"cannot remove {self.dropin_path} on {self.spec.host} "
+                                                    f"(set sudo = true?)") from None
+            return
+        result = self.run(["rm", "-f", "--", self.dropin_path], what="removing the drop-in")
+        if not result.ok:
+            raise TrialFailure("deploy_failed", f"cannot remove {self.dropin_path}: {result.detail()}")
+
+    # -- Target ------------------------------------------------------------------------------------------------
+    def base_url(self) -> str:
+        return remote_base_url(self.conn, self.spec)
+
+    def lock(self, holder: str) -> AbstractContextManager[None]:
+        return RemoteLock(self.conn, self.directory, self.spec.identity, holder_description(holder))
+
+    def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> SystemdDeployment:
+        text = render_dropin(argv, {**self.spec.env, **env}, self.unit, self.dropin_path, note=self.spec.name)
+        self.ensure_backup()
+        self._install_dropin(text)
+        return self._restart(log_path, reload=True)
+
+    def _stop_script(self, reload: bool) -> list[str]:
+        """Shell lines: (daemon-reload,) stop the unit, then print the port's state and fail with 93 if it is held."""
+        q = sh_command
+        lines = []
+        if reload:
+            lines.append(f"{q(self._argv(['systemctl', 'daemon-reload']))} || exit 91")
+        lines += [
+            f"{q(self._argv(['systemctl', 'stop', self.unit]))} || exit 92",
+            FIND_PYTHON,
+            f'state=$("$PY" -c {q([HELPER, "port", str(self.spec.server_port), str(PORT_SETTLE)])})',
+            'echo "$state"',
+            """case "$state" in *'"listening": true'*) exit 93;; esac""",
+        ]
+        return lines
+
+    def _check_stop(self, result: Completed) -> list[str]:
+        """The stdout lines after the port state; raises for a failed reload/stop or a held port."""
+        lines = result.stdout.splitlines()
+        if result.status == 91:
+            raise TrialFailure("deploy_failed", f"systemctl daemon-reload on {self.spec.host} failed: "
+                                                f"{result.detail()}")
+        if result.status == 92:
+            raise TrialFailure("deploy_failed", f"systemctl stop {self.unit} on {self.spec.host} failed: "
+                                                f"{result.detail()}")
+        try:
+            state = json.loads(lines[0])
+        except (ValueError, IndexError):
+            raise TrialFailure("deploy_failed", f"stopping {self.unit} on {self.spec.host} failed "
+                                                f"(status {result.status}): {result.detail()}") from None
+        if result.status == 93:
+            holder = state.get("holder") or "another process"
+            raise TrialFailure("port_busy", f"port {self.spec.server_port} on {self.spec.host} is still held by "
+                                            f"{holder} after stopping {self.unit}")
+        return lines[1:]
+
+    def _restart(self, log_path: Path, reload: bool) -> SystemdDeployment:
+        """(daemon-reload,) stop, check the port, start and read the new invocation id: one remote command."""
+        self.current = None
+        q = sh_command
+        script = "\n".join([
+            *self._stop_script(reload),
+            "date +%s",
+            f"{q(self._argv(['systemctl', 'start', self.unit]))}; rc=$?",
+            q(self._argv(["systemctl", "show", self.unit, *_props_args(SHOW_PROPS)])),
+            "exit $rc",
+        ])
+        result = self.conn.run(script, timeout=2 * SYSTEMCTL_TIMEOUT, retry=False,
+                               what=f"restarting {self.unit}")
+        lines = self._check_stop(result)
+        since = lines[0].strip() if lines else str(int(time.time()))
+        props = parse_show("\n".join(lines[1:]))
+        invocation = props.get("InvocationID", "")
+        if not result.ok and not invocation:
+            raise TrialFailure("deploy_failed", f"systemctl start {self.unit} on {self.spec.host} failed: "
+                                                f"{result.detail()}")
+        self.current = SystemdDeployment(self, invocation, since, self.base_url(), log_path)
+        return self.current
+
+    def stop(self) -> None:
+        """Stop the unit and wait (briefly) until its port is free; a port held by someone else is left alone."""
+        self.current = None
+        result = self.conn.run("\n".join(self._stop_script(reload=False)), timeout=SYSTEMCTL_TIMEOUT,
+                               what=f"stopping {self.unit}")
+        if result.status != 93:
+            self._check_stop(result)
+
+    def restore(self, argv: list[str], env: dict[str, str], log_path: Path) -> SystemdDeployment | None:
+        """Put the unit back as it was before tuning (from the backup; ``argv`` is not needed) and restart it if
+        it was running then. Returns the deployment to wait for, or None when it was not running."""
+        backup = self.load_backup()
+        if backup is None:
+            return None  # autotune never changed this unit
+        original = backup.get("dropin")
+        if original is None:
+            self._remove_dropin()
+        else:
+            self._install_dropin(str(original))
+        deployment = None
+        if backup.get("active_state") in _RUNNING:
+            deployment = self._restart(log_path, reload=True)
+        else:
+            self.systemctl("daemon-reload", timeout=120)
+            self.stop()
+        self._archive_backup()
+        return deployment
+
+    def close(self) -> None:
+        self.conn.close()

@@ -1,0 +1,232 @@
+"""ssh-systemd target through the real sshd, with stand-in systemctl/journalctl/sudo (systemd cannot run here):
+backup once, quoted drop-in, restart, journal of this start only, exit status, restore."""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from autotune.engines.sglang import SGLang
+from autotune.errors import TrialFailure, UserError
+from autotune.health import wait_ready
+from autotune.targets.systemd import SystemdTarget, environment_line, exec_line
+from tests.ssh import fake_systemd
+from tests.ssh.helpers import HERE, cmdline, server_argv, wait_for
+from tests.support.sshd import free_port
+
+ENGINE = SGLang()
+NASTY = "a b 'c' \"d\" $(touch {m}) `touch {m}` ; touch {m} | & > {m}.2 $HOME ${{HOME}} %s %% %n \\ end"
+
+
+@dataclass
+class Unit:
+    name: str
+    port: int
+    original: list[str]
+    path: Path
+    text: str
+    root: Path
+
+
+def stand_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, str(HERE / "fake_systemd.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, "AUTOTUNE_FAKE_SYSTEMD": str(root)}, timeout=60, check=False)
+
+
+def port_open(port: int) -> bool:
+    with socket.socket() as s:
+        s.settimeout(0.5)
+        return s.connect_ex(("127.0.0.1", port)) == 0
+
+
+@pytest.fixture
+def unit(fake_systemd_root: Path):
+    """A service that runs the 'original' server before tuning starts."""
+    name = f"sglang-test-{uuid.uuid4().hex[:8]}.service"
+    port = free_port()
+    original = server_argv(port, "--served-model-name", "original-config")
+    text = ("[Unit]\nDescription=SGLang under test\n\n[Service]\nType=simple\n"
+            f"ExecStart={' '.join(original)}\nEnvironment=ORIGINAL_ENV=1\nRestart=no\n\n"
+            "[Install]\nWantedBy=multi-user.target\n")
+    path = fake_systemd_root / "system" / name
+    path.write_text(text)
+    assert stand_in(fake_systemd_root, "systemctl", "daemon-reload").returncode == 0
+    assert stand_in(fake_systemd_root, "systemctl", "start", name).returncode == 0
+    wait_for(lambda: port_open(port), timeout=60)
+    yield Unit(name, port, original, path, text, fake_systemd_root)
+    stand_in(fake_systemd_root, "systemctl", "stop", name)
+
+
+def main_pid(u: Unit) -> int:
+    out = stand_in(u.root, "systemctl", "show", u.name, "-p", "MainPID", "--value").stdout
+    return int(out.strip() or 0)
+
+
+@pytest.fixture
+def unit_spec(make_spec, unit: Unit):
+    def make(**overrides: object):
+        values = {"kind": "ssh-systemd", "unit": unit.name, "unit_dir": str(unit.root / "system"),
+                  "server_port": unit.port, "tunnel": True}
+        values.update(overrides)
+        return make_spec(**values)
+    return make
+
+
+def test_deploy_backs_up_once_renders_a_quoted_dropin_reads_this_start_and_restores(
+        unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
+    marker = tmp_path / "pwned"
+    nasty = NASTY.format(m=marker)
+    target = cleanup(SystemdTarget(unit_spec()))
+    argv = server_argv(unit.port, "--served-model-name", "trial-1 " + nasty)
+    log = tmp_path / "trial-1.log"
+    deployment = target.deploy(argv, {"AUTOTUNE_TEST_ENV": "v 1%$HOME"}, log)
+
+    # the backup: the unit as it was, on the target and locally
+    backup = json.loads(Path(target.backup_path).read_text())
+    assert backup["fragment"] == unit.text and backup["dropin"] is None
+    assert backup["active_state"] == "active"
+    assert "ExecStart=" in backup["systemctl_cat"]
+    assert target.local_backup_path.read_text() == Path(target.backup_path).read_text()
+
+    # the drop-in: ExecStart reset, then every word quoted; the unit file itself untouched
+    dropin = Path(target.dropin_path).read_text().splitlines()
+    assert Path(target.dropin_path).name == "zz-autotune.conf"
+    assert dropin.index("ExecStart=") < next(i for i, line in enumerate(dropin) if line.startswith("ExecStart=\""))
+    exec_start = next(line for line in dropin if line.startswith("ExecStart=\""))
+    assert "$$(touch" in exec_start and "%%s %%%% %%n" in exec_start and '\\"d\\"' in exec_start
+    assert 'Environment="AUTOTUNE_TEST_ENV=v 1%%$HOME"' in dropin
+    assert unit.path.read_text() == unit.text
+
+    wait_ready(deployment, ENGINE, interval=0.05, timeout=60)
+    pid = main_pid(unit)
+    assert cmdline(pid) == argv  # every argument arrived literally; none ran as shell
+    environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    assert b"AUTOTUNE_TEST_ENV=v 1%$HOME" in environ and b"ORIGINAL_ENV=1" in environ
+    assert not marker.exists() and not Path(f"{marker}.2").exists()
+
+    # the journal of this start only: not the original server's lines, not systemd's own messages
+    deployment.read_log()
+    text = log.read_text()
+    assert "trial-1" in text
+    assert "original-config" not in text and "Stopped" not in text
+    assert "original-config" in stand_in(unit.root, "journalctl", "-u", unit.name, "-o", "cat").stdout
+
+    # more deploys, also from a restarted tuner: the backup stays the pre-tuning original
+    taken = Path(target.backup_path).read_bytes()
+    d2 = target.deploy(server_argv(unit.port, "--served-model-name", "trial-2"), {}, tmp_path / "trial-2.log")
+    wait_ready(d2, ENGINE, interval=0.05, timeout=60)
+    restarted = cleanup(SystemdTarget(unit_spec()))
+    d3 = restarted.deploy(server_argv(unit.port, "--served-model-name", "trial-3"), {}, tmp_path / "trial-3.log")
+    wait_ready(d3, ENGINE, interval=0.05, timeout=60)
+    d3.read_log()
+    assert "trial-3" in (tmp_path / "trial-3.log").read_text()
+    assert "trial-2" not in (tmp_path / "trial-3.log").read_text()
+    assert Path(target.backup_path).read_bytes() == taken
+    assert d2.exit_status() is not None  # that start is over
+
+    # restore: the drop-in goes, the original command line runs again, the backup is archived
+    restored = restarted.restore([], {}, tmp_path / "restore.log")
+    assert restored is not None
+    wait_ready(restored, ENGINE, interval=0.05, timeout=60)
+    assert not Path(target.dropin_path).exists()
+    assert cmdline(main_pid(unit)) == unit.original
+    assert unit.path.read_text() == unit.text
+    assert not Path(target.backup_path).exists()
+    assert list(Path(target.directory).glob("backup.restored-*.json"))
+    assert not target.local_backup_path.exists()
+
+
+def test_exit_status_and_stop(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
+    target = cleanup(SystemdTarget(unit_spec(tunnel=False)))
+    d = target.deploy(server_argv(unit.port, "--served-model-name", "killed"), {}, tmp_path / "a.log")
+    wait_ready(d, ENGINE, interval=0.05, timeout=60)
+    assert d.exit_status() is None
+    os.kill(main_pid(unit), signal.SIGKILL)
+    assert wait_for(lambda: d.exit_status() is not None)
+    assert d.exit_status() == -signal.SIGKILL
+
+    d = target.deploy(["sh", "-c", "echo about to fail; exit 3"], {}, tmp_path / "b.log")
+    assert wait_for(lambda: d.exit_status() is not None)
+    assert d.exit_status() == 3
+    assert "about to fail" in d.read_log()
+
+    d = target.deploy(server_argv(unit.port), {}, tmp_path / "c.log")
+    wait_ready(d, ENGINE, interval=0.05, timeout=60)
+    target.stop()
+    assert not port_open(unit.port)
+    assert d.exit_status() in (0, -signal.SIGTERM)
+
+
+def test_sudo_runs_the_privileged_steps(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
+    sudo_log = unit.root / "sudo.log"
+    sudo_log.unlink(missing_ok=True)
+    target = cleanup(SystemdTarget(unit_spec(sudo=True)))
+    d = target.deploy(server_argv(unit.port, "--served-model-name", "with-sudo"), {}, tmp_path / "a.log")
+    wait_ready(d, ENGINE, interval=0.05, timeout=60)
+    calls = [json.loads(line) for line in sudo_log.read_text().splitlines()]
+    assert ["install", "-D", "-m", "0644", f"{target.directory}/zz-autotune.conf.upload", target.dropin_path] in calls
+    assert ["systemctl", "daemon-reload"] in calls and ["systemctl", "start", unit.name] in calls
+    assert any(c[:1] == ["journalctl"] for c in calls) or d.read_log() is not None
+    restored = target.restore([], {}, tmp_path / "r.log")
+    assert ["rm", "-f", "--", target.dropin_path] in [json.loads(x) for x in sudo_log.read_text().splitlines()]
+    assert restored is not None
+    wait_ready(restored, ENGINE, interval=0.05, timeout=60)
+    assert cmdline(main_pid(unit)) == unit.original
+
+
+def test_lost_remote_backup_is_put_back_from_the_local_copy(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
+    target = cleanup(SystemdTarget(unit_spec()))
+    target.deploy(server_argv(unit.port, "--served-model-name", "one"), {}, tmp_path / "a.log")
+    original = Path(target.backup_path).read_text()
+    Path(target.backup_path).unlink()
+    # a drop-in of ours is in place now; a fresh backup would record it, the local copy must win
+    again = cleanup(SystemdTarget(unit_spec()))
+    again.deploy(server_argv(unit.port, "--served-model-name", "two"), {}, tmp_path / "b.log")
+    assert Path(target.backup_path).read_text() == original
+    assert json.loads(original)["dropin"] is None
+
+
+def test_unknown_unit_is_a_user_error(make_spec, fake_systemd_root: Path, cleanup, tmp_path: Path) -> None:
+    target = cleanup(SystemdTarget(make_spec(kind="ssh-systemd", unit="no-such-unit.service",
+                                             unit_dir=str(fake_systemd_root / "system"))))
+    with pytest.raises(UserError, match="not loaded"):
+        target.deploy(server_argv(free_port()), {}, tmp_path / "a.log")
+
+
+def test_foreign_port_holder_is_port_busy(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
+    target = cleanup(SystemdTarget(unit_spec()))
+    stand_in(unit.root, "systemctl", "stop", unit.name)
+    with socket.socket() as foreign:
+        foreign.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        foreign.bind(("127.0.0.1", unit.port))
+        foreign.listen(1)
+        with pytest.raises(TrialFailure) as e:
+            target.deploy(server_argv(unit.port), {}, tmp_path / "a.log")
+    assert e.value.reason == "port_busy" and f"pid {os.getpid()}" in e.value.detail
+
+
+WORDS = ["/usr/bin/server", "plain", "a b", 'q"uote', "sin'gle", "$HOME", "${HOME}", "$$", "50%", "%n",
+         "back\\slash", "trailing\\", ";", "\\;", "new\nline", "tab\there", "ünïcode", "--flag=x y"]
+
+
+def test_exec_line_round_trips_through_systemd_parsing_rules() -> None:
+    line = exec_line(WORDS)
+    env_line = environment_line("A", "b c%$HOME\"")
+    argv, env = fake_systemd.command_line("x.service", {"ExecStart": [line], "Environment": [env_line]})
+    assert argv == WORDS
+    assert env["A"] == "b c%$HOME\""
+
+
+@pytest.mark.parametrize("bad", ["-/usr/bin/x", "@/usr/bin/x", "/opt/my server/bin", "$PYTHON", "/usr/%n"])
+def test_exec_line_refuses_executables_systemd_would_misread(bad: str) -> None:
+    with pytest.raises(TrialFailure) as e:
+        exec_line([bad, "--port", "1"])
+    assert e.value.reason == "deploy_failed"

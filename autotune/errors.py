@@ -48,4 +48,5 @@ REASONS: dict[str, bool] = {
     "deploy_failed": False,      # the target could not start the server (missing command, unwritable unit)
     "interrupted": False,        # the tuner was stopped in the middle of the trial
     "stale": False,              # left RUNNING by a tuner that died
+    "tuner_error": False,        # a bug in autotune itself (logged with its traceback)
 }

@@ -123,6 +123,11 @@ class Objective:
             if failure.infeasible:
                 return self._infeasible(trial, failure.reason, failure.detail, stage=self.phase.name)
             return self._retry(trial, failure, params, baseline)
+        except optuna.TrialPruned:
+            raise
+        except Exception as e:  # noqa: BLE001 - a bug must cost one trial, not the night
+            log.exception("trial %d: unexpected error", trial.number)
+            return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"), params, baseline)
         finally:
             self._upload(trial, candidate)
 

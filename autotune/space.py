@@ -52,8 +52,9 @@ class Space:
         return Candidate(params=dict(params), args=args, key=config_key(args))
 
     def baseline_params(self) -> dict[str, ArgValue]:
-        """The study's fixed values of tuned flags: the baseline's params where the study gives them."""
-        return {n: self.fixed[n] for n in self.names if n in self.fixed}
+        """The study's fixed values of tuned flags that lie inside the space: the baseline's params for the
+        sampler. (The baseline always runs the fixed args; values outside the space are just not shown to it.)"""
+        return {p.name: self.fixed[p.name] for p in self.params if p.name in self.fixed and p.contains(self.fixed[p.name])}
 
     def baseline(self) -> Candidate:
         args = self.engine.resolve(dict(self.fixed))

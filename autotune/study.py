@@ -83,6 +83,18 @@ class ParamSpec:
     log: bool = False
     choices: tuple[ArgValue, ...] = ()
 
+    def contains(self, value: ArgValue) -> bool:
+        """Whether ``value`` is one the sampler could suggest (the baseline's value may lie outside)."""
+        if self.type == "categorical":
+            return any(value == c and type(value) is type(c) for c in self.choices)
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            return False
+        if self.type == "int" and value != int(value):
+            return False
+        if not self.low <= value <= self.high:
+            return False
+        return self.step is None or abs((value - self.low) / self.step - round((value - self.low) / self.step)) < 1e-9
+
     def values(self) -> list[ArgValue]:
         """Every value of a discrete parameter (ints and categoricals); floats need a step."""
         if self.type == "categorical":

@@ -22,11 +22,12 @@ TREE_ARGS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num
 PAGED_TOPK_BACKENDS = ("flashinfer", "fa3", "triton")
 
 _FATAL: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), "oom"),
-    (re.compile(r"CUDA out of memory|OutOfMemoryError|out of memory", re.IGNORECASE), "oom"),
+    (re.compile(r"Not enough memory|out of memory|OutOfMemoryError|no GPU memory for the KV cache|"
+                r"too small to serve any requests|increase --mem-fraction-static", re.IGNORECASE), "oom"),
     (re.compile(r"selected index k out of range"), "invalid_args"),
-    (re.compile(r"^\S*: error: |error: (unrecognized arguments|argument --|ambiguous option)"), "invalid_args"),
-    (re.compile(r"^(ValueError|AssertionError|TypeError): "), "invalid_args"),
+    (re.compile(r"error: (unrecognized arguments|argument --|ambiguous option)"), "invalid_args"),
+    # a traceback through SGLang's argument resolution: the arguments were rejected
+    (re.compile(r'File ".*/sglang/srt/(server_args\.py|arg_groups/)'), "invalid_args"),
     (re.compile(r"Capture cuda graph failed"), "crashed"),
     (re.compile(r"Scheduler hit an exception"), "crashed"),
     (re.compile(r"Received sigquit from a child process"), "crashed"),

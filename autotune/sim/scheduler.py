@@ -129,6 +129,7 @@ class Scheduler:
         self._end = 0.0
         self.total_generated = 0
         self.stalled = False
+        self.serving = False  # set once warm-up is done: injected request errors spare the warm-up request
         self.last_output_time = 0.0
         self._accept_cache: dict[float, float] = {}
         self._graph = True
@@ -168,7 +169,7 @@ class Scheduler:
         req.arrival_v = self.clock.now()
         seed = prompt_seed(req.prompt_ids) ^ self.seed if req.temperature <= 0 else self.rng.randrange(2**31)
         rng = random.Random(seed)
-        req.generator = TextGenerator(seed, self.profile.model.vocab_size)
+        req.generator = TextGenerator(seed)
         if not req.ignore_eos:
             mean = self.profile.acceptance.mean_output_tokens
             req.natural_length = max(1, int(rng.expovariate(1.0 / mean)) + 1)
@@ -177,7 +178,7 @@ class Scheduler:
         steps = self.config.spec.steps if self.config.spec else 0
         req.accept_per_step = min(max((length - 1.0) * factor, 0.0), steps)
         req.carry = rng.random()
-        if req.log_metrics and self.faults.error_fraction and rng.random() < self.faults.error_fraction:
+        if self.serving and self.faults.error_fraction and rng.random() < self.faults.error_fraction:
             req.abort_at = rng.randrange(max(req.max_new_tokens, 1))
         self.waiting.append(req)
         self._wake.set()

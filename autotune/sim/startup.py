@@ -267,6 +267,7 @@ class Launch:
             await asyncio.sleep(0.01)
         if self.fields["skip_server_warmup"]:
             state.status = "Up"
+            state.scheduler.serving = True
             self.launcher.info("The server is fired up and ready to roll!")
             return
         if self.sim.faults.warmup_hang:
@@ -302,6 +303,7 @@ class Launch:
                 if res.status_code != 200:
                     raise RuntimeError(res.text)
                 state.status = "Up"
+                state.scheduler.serving = True
                 await client.post("/freeze_gc")
             except (httpx.HTTPError, RuntimeError):
                 self._warmup_failed(traceback.format_exc())

@@ -11,6 +11,10 @@ _MAX_WORD = 6  # long words split into pieces of this many characters, like a BP
 _WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this", "are", "from", "at", "or", "an", "have", "which", "not", "but", "they", "one", "their", "all", "we", "can", "more", "time", "there", "has", "been", "would", "when", "also", "about", "into", "model", "data", "system", "these", "than", "other", "some", "its", "what", "only", "new", "used", "may", "first", "two", "each", "after", "most", "where", "over", "such", "between", "many", "could", "should", "then", "because", "while", "same", "those", "through", "during", "both", "under", "number", "however", "three", "process", "results", "value", "server", "request", "memory", "token", "batch", "layer", "cache", "speed", "order", "group", "point", "state", "level", "result", "way", "example", "case", "part", "work", "use", "form", "large", "small", "high", "low", "early", "later", "fast", "simple", "clear", "useful", "common"]
 
 
+_SPACED = [" " + w for w in _WORDS]
+_CAPITALIZED = [" " + w.capitalize() for w in _WORDS]
+
+
 def encode(text: str, vocab_size: int) -> list[int]:
     """Token ids for ``text``: one per word piece or punctuation mark (ids are stable hashes)."""
     ids = []
@@ -28,25 +32,23 @@ def prompt_seed(ids: list[int]) -> int:
 class TextGenerator:
     """Produces one token piece at a time: words with spaces, commas and sentence ends."""
 
-    def __init__(self, seed: int, vocab_size: int) -> None:
+    def __init__(self, seed: int) -> None:
         self._rng = random.Random(seed)
-        self._vocab = vocab_size
         self._sentence_start = True
         self._since_punct = 0
 
     def next(self) -> tuple[int, str]:
         """Return (token id, text piece)."""
-        rng = self._rng
-        if self._since_punct > 4 and rng.random() < 0.12:
+        r = self._rng.random()
+        if self._since_punct > 4 and r < 0.12:
             self._since_punct = 0
-            if rng.random() < 0.6:
+            if r < 0.07:
                 self._sentence_start = True
                 return 13, "."
             return 11, ","
-        idx = rng.randrange(len(_WORDS))
-        word = _WORDS[idx]
+        idx = int(self._rng.random() * len(_WORDS))
         self._since_punct += 1
         if self._sentence_start:
             self._sentence_start = False
-            return 2000 + idx % (self._vocab - 2000), " " + word.capitalize()
-        return 1000 + idx % (self._vocab - 1000), " " + word
+            return 2000 + idx, _CAPITALIZED[idx]
+        return 1000 + idx, _SPACED[idx]

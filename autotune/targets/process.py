@@ -250,7 +250,12 @@ class ProcessDeployment(Deployment):
             return None
 
     def _supervisor_alive(self) -> bool:
-        data = self.conn.read_bytes(f"/proc/{self.pgid}/stat")
+        path = f"/proc/{self.pgid}/stat"
+        try:
+            data = self.conn.read_bytes(path)
+        except OSError:  # an SFTP server that cannot see /proc (chroot, hardening): ask a shell
+            result = self.conn.run(f"cat {sh_command([path])} 2>/dev/null || true", what="checking the server")
+            data = result.stdout.encode()
         if not data:
             return False
         fields = data.decode("utf-8", "replace").rsplit(")", 1)[-1].split()

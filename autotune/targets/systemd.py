@@ -20,8 +20,9 @@ not) and ``$`` is doubled (environment variables are substituted in every argume
 argument, not a command separator. The executable (first word) must be a plain path or name: systemd expands no
 variables there and reads ``-@:+!`` prefixes from it, so anything else is refused before deploying.
 
-Logs: ``journalctl _SYSTEMD_INVOCATION_ID=<id>`` of the start (the id is read right after ``systemctl start``),
-continued with ``--after-cursor``: exactly this start's output, nothing of the previous one's shutdown. Exit status:
+Logs: ``journalctl _SYSTEMD_INVOCATION_ID=<id> + INVOCATION_ID=<id>`` (the service's output and systemd's messages
+about that start; the id is read right after ``systemctl start``), continued with ``--after-cursor``: exactly this
+start, nothing of the previous one's shutdown. Without invocation ids (systemd < 232): ``-u UNIT --since=@<start>``. Exit status:
 ``systemctl show`` ActiveState/SubState/ExecMainCode/ExecMainStatus; killed by a signal reads as ``-signal``.
 """
 from __future__ import annotations
@@ -43,7 +44,7 @@ from autotune.targets.ssh import Completed, RemoteLock, SSHConnection, sh_comman
 
 DROPIN_NAME = "zz-autotune.conf"
 SYSTEMCTL_TIMEOUT = 300.0   # start/stop wait for the unit's own TimeoutStartSec/TimeoutStopSec (90 s by default)
-PORT_SETTLE = 5.0           # after `systemctl stop` returned, the unit's processes are gone: a port held longer than
+PORT_SETTLE = 3.0           # after `systemctl stop` returned, the unit's processes are gone: a port held longer than
                             # this is someone else's
 SHOW_PROPS = ("ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus", "ExecMainPID", "MainPID",
               "InvocationID", "NRestarts")
@@ -167,7 +168,8 @@ class SystemdDeployment(Deployment):
     def _journal_argv(self) -> list[str]:
         argv = ["journalctl", "-q", "--no-pager", "-o", "cat", "--show-cursor"]
         if self.invocation:
-            argv.append(f"_SYSTEMD_INVOCATION_ID={self.invocation}")
+            # the service's own output, and the manager's messages about this start ("Main process exited, ...")
+            argv += [f"_SYSTEMD_INVOCATION_ID={self.invocation}", "+", f"INVOCATION_ID={self.invocation}"]
         else:  # a systemd without invocation ids: this unit since the start
             argv += ["-u", self.target.unit, f"--since=@{self.since}"]
         if self._cursor:

@@ -47,7 +47,8 @@ def _start_sshd(root: Path, systemd_root: Path) -> SSHServer:
     home.mkdir(parents=True, exist_ok=True)
     server = SSHServer(root / "sshd", set_env={
         # stand-ins first: only sessions of this test sshd see them
-        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+        # (this Python's directory last: the target helpers need some python3 when the system has none)
+        "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:{Path(sys.executable).parent}",
         "AUTOTUNE_FAKE_SYSTEMD": str(systemd_root),
         # bash sources $HOME/.bashrc for every ssh command; root's here runs `pyenv init` (~0.3 s a command).
         # An empty home keeps the tests fast; the remote side runs this checkout's Python by absolute path.

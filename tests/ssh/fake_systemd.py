@@ -53,7 +53,9 @@ class Locked:
         os.close(self.fd)
 
 
-def journal(unit: str | None, inv: str | None, msg: str) -> None:
+def journal(unit: str | None, inv: str | None, msg: str, about: str | None = None) -> None:
+    """Append an entry: ``inv`` for the service's own output (_SYSTEMD_INVOCATION_ID), ``about`` for the
+    manager's messages about an invocation (INVOCATION_ID)."""
     with Locked("journal"):
         seq = 0
         counter = ROOT / ".journal.seq"
@@ -62,7 +64,8 @@ def journal(unit: str | None, inv: str | None, msg: str) -> None:
         seq += 1
         counter.write_text(str(seq))
         with open(JOURNAL, "a", encoding="utf-8") as f:
-            f.write(json.dumps({"seq": seq, "t": time.time(), "unit": unit, "inv": inv, "msg": msg}) + "\n")
+            f.write(json.dumps({"seq": seq, "t": time.time(), "unit": unit, "inv": inv, "about": about,
+                                "msg": msg}) + "\n")
 
 
 def state_path(unit: str) -> Path:
@@ -302,7 +305,7 @@ def cmd_start(unit: str) -> int:
         state.update(ActiveState="active", SubState="running", Result="success", InvocationID=inv,
                      MainPID=0, ExecMainPID=0, ExecMainCode=0, ExecMainStatus=0)
         save_state(unit, state)
-    journal(unit, None, f"Started {unit}.")
+    journal(unit, None, f"Started {unit}.", about=inv)
     # the supervisor: daemonised, so that it outlives this systemctl call and the SSH session
     if os.fork() == 0:
         os.setsid()
@@ -326,13 +329,13 @@ def supervise(unit: str, inv: str, config: dict) -> None:
     try:
         argv, env = command_line(unit, config)
     except (ValueError, IndexError) as e:
-        journal(unit, None, f"{unit}: invalid ExecStart=: {e}")
+        journal(unit, None, f"{unit}: invalid ExecStart=: {e}", about=inv)
         finish(unit, inv, 1, 203, "exit-code")
         return
     env["INVOCATION_ID"] = inv
     exe = argv[0] if "/" in argv[0] else shutil.which(argv[0], path=DEFAULT_PATH)
     if not exe:
-        journal(unit, None, f"{unit}: Failed to locate executable {argv[0]}: No such file or directory")
+        journal(unit, None, f"{unit}: Failed to locate executable {argv[0]}: No such file or directory", about=inv)
         finish(unit, inv, 1, 203, "exit-code")
         return
     cwd = config.get("WorkingDirectory") or "/"
@@ -363,9 +366,10 @@ def finish(unit: str, inv: str, code: int, status: int, result: str) -> None:
         state.update(MainPID=0, ExecMainCode=code, ExecMainStatus=status)
         save_state(unit, state)
     if code == 2:
-        journal(unit, None, f"{unit}: Main process exited, code=killed, status={status}/{signal.Signals(status).name}")
+        journal(unit, None, f"{unit}: Main process exited, code=killed, status={status}/{signal.Signals(status).name}",
+                about=inv)
     elif status:
-        journal(unit, None, f"{unit}: Main process exited, code=exited, status={status}")
+        journal(unit, None, f"{unit}: Main process exited, code=exited, status={status}", about=inv)
 
 
 def cmd_stop(unit: str) -> int:
@@ -377,7 +381,7 @@ def cmd_stop(unit: str) -> int:
         inv = state.get("InvocationID")
         state.update(ActiveState="deactivating", SubState="stop-sigterm")
         save_state(unit, state)
-    journal(unit, None, f"Stopping {unit}...")
+    journal(unit, None, f"Stopping {unit}...", about=inv)
     if pid:
         for sig, limit in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, 5.0)):
             try:
@@ -397,7 +401,7 @@ def cmd_stop(unit: str) -> int:
         if state.get("InvocationID") == inv and state.get("ActiveState") == "deactivating":
             state.update(ActiveState="inactive", SubState="dead", MainPID=0)
             save_state(unit, state)
-    journal(unit, None, f"Stopped {unit}.")
+    journal(unit, None, f"Stopped {unit}.", about=inv)
     return 0
 
 
@@ -483,9 +487,25 @@ def systemctl(args: list[str]) -> int:
 
 
 # -- journalctl ----------------------------------------------------------------------------------------------
+FIELDS = {
+    "_SYSTEMD_INVOCATION_ID": lambda e: e["inv"],
+    "INVOCATION_ID": lambda e: e["about"],
+    "_SYSTEMD_UNIT": lambda e: e["unit"] if e["inv"] else None,
+    "UNIT": lambda e: e["unit"] if e["about"] or not e["inv"] else None,
+}
+
+
+def _matches(entry: dict, groups: list[dict[str, list[str]]]) -> bool:
+    """journalctl's match semantics: same field ORed, different fields ANDed, '+' separates ORed groups."""
+    groups = [g for g in groups if g]
+    if not groups:
+        return True
+    return any(all(FIELDS[k](entry) in values for k, values in g.items()) for g in groups)
+
+
 def journalctl(args: list[str]) -> int:
     units: list[str] = []
-    matches: dict[str, str] = {}
+    groups: list[dict[str, list[str]]] = [{}]
     output, show_cursor, after, since, lines = "short", False, None, None, None
     it = iter(args)
     for a in it:
@@ -511,11 +531,13 @@ def journalctl(args: list[str]) -> int:
             lines = int(next(it))
         elif a in ("--no-pager", "-q", "--quiet", "--no-hostname"):
             continue
-        elif "=" in a and not a.startswith("-"):
+        elif a == "+":
+            groups.append({})
+        elif "=" in a and not a.startswith("-") and a.split("=", 1)[0] in FIELDS:
             k, v = a.split("=", 1)
-            matches[k] = v
+            groups[-1].setdefault(k, []).append(v)
         else:
-            print(f"stand-in journalctl: unsupported option {a!r}", file=sys.stderr)
+            print(f"stand-in journalctl: unsupported option or match {a!r}", file=sys.stderr)
             return 1
     after_seq = int(after.rsplit("i=", 1)[1]) if after else 0
     since_t = float(since[1:]) if since and since.startswith("@") else None
@@ -523,11 +545,7 @@ def journalctl(args: list[str]) -> int:
     if JOURNAL.exists():
         for raw in JOURNAL.read_text(encoding="utf-8").splitlines():
             e = json.loads(raw)
-            if e["seq"] <= after_seq or (units and e["unit"] not in units):
-                continue
-            if "_SYSTEMD_INVOCATION_ID" in matches and e["inv"] != matches["_SYSTEMD_INVOCATION_ID"]:
-                continue
-            if "_SYSTEMD_UNIT" in matches and (e["unit"] != matches["_SYSTEMD_UNIT"] or e["inv"] is None):
+            if e["seq"] <= after_seq or (units and e["unit"] not in units) or not _matches(e, groups):
                 continue
             if since_t is not None and e["t"] < since_t:
                 continue

@@ -147,8 +147,17 @@ def test_lock_is_taken_again_after_a_reconnection(make_private_spec, private_ssh
 
 
 def _flock_pids(lock_file: str) -> list[str]:
-    return subprocess.run(["pgrep", "-f", f"flock -n -E 75 {lock_file}"], capture_output=True, text=True,
-                          check=False).stdout.split()
+    """Pids of the flock processes holding ``lock_file`` on the target (this machine)."""
+    out = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if argv[:1] == [b"flock"] and lock_file.encode() in argv:
+                out.append(entry.name)
+    return sorted(out)
 
 
 def test_lock_holder_killed_on_the_target_is_replaced(make_spec, cleanup) -> None:

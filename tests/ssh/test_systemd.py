@@ -117,6 +117,7 @@ def test_deploy_backs_up_once_renders_a_quoted_dropin_reads_this_start_and_resto
     text = log.read_text()
     assert "trial-1" in text
     assert "original-config" not in text and "Stopped" not in text
+    assert f"Started {unit.name}." in text  # systemd's own messages about this start are included
     assert "original-config" in stand_in(unit.root, "journalctl", "-u", unit.name, "-o", "cat").stdout
 
     # more deploys, also from a restarted tuner: the backup stays the pre-tuning original
@@ -152,6 +153,7 @@ def test_exit_status_and_stop(unit: Unit, unit_spec, cleanup, tmp_path: Path) ->
     os.kill(main_pid(unit), signal.SIGKILL)
     assert wait_for(lambda: d.exit_status() is not None)
     assert d.exit_status() == -signal.SIGKILL
+    assert "Main process exited, code=killed, status=9/SIGKILL" in d.read_log()
 
     d = target.deploy(["sh", "-c", "echo about to fail; exit 3"], {}, tmp_path / "b.log")
     assert wait_for(lambda: d.exit_status() is not None)
@@ -169,16 +171,17 @@ def test_sudo_runs_the_privileged_steps(unit: Unit, unit_spec, cleanup, tmp_path
     sudo_log = unit.root / "sudo.log"
     sudo_log.unlink(missing_ok=True)
     target = cleanup(SystemdTarget(unit_spec(sudo=True)))
-    d = target.deploy(server_argv(unit.port, "--served-model-name", "with-sudo"), {}, tmp_path / "a.log")
-    wait_ready(d, ENGINE, interval=0.05, timeout=60)
+    d = target.deploy(["sh", "-c", "echo with-sudo; exec sleep 60"], {}, tmp_path / "a.log")
+    assert "with-sudo" in wait_for(d.read_log)  # type: ignore[operator]
+    assert d.exit_status() is None
+    restored = target.restore([], {}, tmp_path / "r.log")
+    assert restored is not None
     calls = [json.loads(line) for line in sudo_log.read_text().splitlines()]
     assert ["install", "-D", "-m", "0644", f"{target.directory}/zz-autotune.conf.upload", target.dropin_path] in calls
     assert ["systemctl", "daemon-reload"] in calls and ["systemctl", "start", unit.name] in calls
-    assert any(c[:1] == ["journalctl"] for c in calls) or d.read_log() is not None
-    restored = target.restore([], {}, tmp_path / "r.log")
-    assert ["rm", "-f", "--", target.dropin_path] in [json.loads(x) for x in sudo_log.read_text().splitlines()]
-    assert restored is not None
-    wait_ready(restored, ENGINE, interval=0.05, timeout=60)
+    assert any(c[0] == "journalctl" for c in calls) and any(c[:2] == ["systemctl", "show"] for c in calls)
+    assert ["rm", "-f", "--", target.dropin_path] in calls
+    assert not Path(target.dropin_path).exists()
     assert cmdline(main_pid(unit)) == unit.original
 
 

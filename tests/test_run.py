@@ -1,0 +1,167 @@
+"""`autotune run` end to end: the real command line, the real emulator, real HTTP, real SQLite."""
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.targets.local import port_open
+from tests.conftest import run_autotune
+from tests.studies import status, write_study
+
+
+def port_of(study: Path) -> int:
+    return int(re.search(r"server_port = (\d+)", study.read_text()).group(1))
+
+
+def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> None:
+    study = write_study(tmp_path, trials=7)
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    # one line per trial on stdout: number, params, result or failure reason, best so far
+    finished = re.findall(r"trial (\d+)(?: \[baseline\])? (COMPLETE|PRUNED|FAIL): .* -> .* \| best", r.stdout)
+    assert [int(n) for n, _ in finished] == list(range(7))
+    assert "Traceback" not in r.stderr
+
+    trials = status(study)["trials"]
+    assert len(trials) == 7
+    base = trials[0]
+    assert base["baseline"] and base["state"] == "COMPLETE" and base["value"] == pytest.approx(1.0)
+    assert base["params"] == {"speculative-num-steps": 1, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 2}
+    for key in ("single_tok_s", "concurrent_tok_s", "max_running_requests"):
+        assert base["metrics"][key] > 0
+    for t in trials:
+        assert t["state"] in ("COMPLETE", "PRUNED", "FAIL")
+        assert t["state"] == "COMPLETE" or t["reason"], t
+
+    best = json.loads(run_autotune("best", "--study", str(study), "--json").stdout)
+    assert best["value"] > 1.0, "the tuner found nothing better than the baseline"
+    assert best["command"][0] == "autotune-sim"
+    assert f"--speculative-num-steps" in best["command"]
+
+    # every deployed trial kept its own server log; the local server is stopped at the end
+    deployed = [t for t in trials if t["reused_from"] is None and t["reason"] != "invalid_config"]
+    logs = tmp_path / "t-logs"
+    for t in deployed:
+        text = (logs / f"trial-{t['number']:04d}.log").read_text()
+        assert "The server is fired up and ready to roll!" in text or t["reason"]
+    assert not port_open(port_of(study))
+    assert (tmp_path / "t.db").exists() and (tmp_path / "t.log").exists()
+
+    # running again resumes the same study: the budget counts across runs and the baseline is not run again
+    r = run_autotune("run", "--study", str(study), "--trials", "9", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    trials = status(study)["trials"]
+    assert len(trials) == 9
+    assert sum(t["baseline"] for t in trials) == 1
+
+
+GRID_SPACE = """
+[space.speculative-num-steps]
+type = "int"
+low = 1
+high = 1
+[space.speculative-eagle-topk]
+type = "categorical"
+choices = [1, 2]
+[space.speculative-num-draft-tokens]
+type = "int"
+low = 2
+high = 4
+"""
+
+
+def test_invalid_and_duplicate_configs_cost_no_deployment(tmp_path: Path) -> None:
+    # steps 1: topk 1 makes every draft count 2 (duplicates of the baseline); topk 2 allows at most 3 draft tokens
+    study = write_study(tmp_path, sampler="grid", trials=7, space=GRID_SPACE)
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    trials = status(study)["trials"]
+    invalid = [t for t in trials if t["reason"] == "invalid_config"]
+    assert [t["params"]["speculative-num-draft-tokens"] for t in invalid] == [4]
+    assert invalid[0]["state"] == "PRUNED" and "selected index k out of range" in invalid[0]["detail"]
+    reused = [t for t in trials if t["reused_from"] is not None]
+    assert {t["params"]["speculative-eagle-topk"] for t in reused} == {1}
+    assert all(t["reused_from"] == 0 for t in reused)
+    assert all(t["value"] == trials[0]["value"] for t in reused)
+    launched = sorted(p.name for p in (tmp_path / "t-logs").glob("trial-*.log"))
+    measured = [t for t in trials if t["reused_from"] is None and t["reason"] != "invalid_config"]
+    assert launched == [f"trial-{t['number']:04d}.log" for t in measured]
+    assert len(measured) == 3  # the baseline, topk 2 with 2 and with 3 draft tokens
+
+
+FAULT_SPACE = """
+[space.sim-fault]
+type = "categorical"
+choices = ["startup-crash", "startup-hang", "warmup-hang"]
+"""
+
+
+def test_startup_failures_end_with_named_reasons(tmp_path: Path) -> None:
+    study = write_study(tmp_path, sampler="grid", trials=4, space=FAULT_SPACE, health="interval = 0.25\ntimeout = 4")
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    by_fault = {t["params"].get("sim-fault"): t for t in status(study)["trials"]}
+    assert by_fault["startup-crash"]["reason"] == "crashed"
+    assert by_fault["startup-hang"]["reason"] == "startup_timeout"
+    assert by_fault["warmup-hang"]["reason"] == "startup_timeout"
+    for fault in ("startup-crash", "startup-hang", "warmup-hang"):
+        assert by_fault[fault]["state"] == "PRUNED", "a config that cannot start is infeasible, not retried"
+
+
+@pytest.mark.parametrize("space, reason", [
+    ('[space.mem-fraction-static]\ntype = "categorical"\nchoices = [0.3]\n', "oom_startup"),
+    ('[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [8]\n'
+     '[space.speculative-num-steps]\ntype = "categorical"\nchoices = [8]\n'
+     '[space.speculative-num-draft-tokens]\ntype = "categorical"\nchoices = [64]\n', "oom_startup"),
+    ('[space.not-a-real-flag]\ntype = "categorical"\nchoices = ["x"]\n', "invalid_args"),
+])
+def test_out_of_memory_and_rejected_arguments(tmp_path: Path, space: str, reason: str) -> None:
+    study = write_study(tmp_path, sampler="grid", trials=2, space=space)
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    trials = status(study)["trials"]
+    assert trials[0]["state"] == "COMPLETE"  # the baseline runs the fixed args only
+    assert trials[1]["reason"] == reason and trials[1]["state"] == "PRUNED", trials[1]
+    assert trials[1]["detail"]
+
+
+def test_sigkill_mid_trial_then_resume_loses_nothing(tmp_path: Path) -> None:
+    study = write_study(tmp_path, trials=5, args={"sim-time-scale": 0.02})
+    log = tmp_path / "t.log"
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            if log.exists() and "trial 2 deploy" in log.read_text():
+                break
+            assert proc.poll() is None, "the tuner ended early"
+            time.sleep(0.05)
+        else:
+            pytest.fail("trial 2 never started")
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "trial 2 was left running by a stopped tuner: failed, its config is queued again" in r.stdout
+    trials = status(study)["trials"]
+    assert not [t for t in trials if t["state"] == "RUNNING"]
+    assert trials[2]["state"] == "FAIL" and trials[2]["reason"] == "stale"
+    retries = [t for t in trials if t["retry_of"] == 2]
+    assert len(retries) == 1 and retries[0]["params"] == trials[2]["params"]
+    assert retries[0]["state"] in ("COMPLETE", "PRUNED")
+    counted = [t for t in trials if t["state"] != "RUNNING" and t["number"] != 2]
+    assert len(counted) == 5, "the budget counts finished trials, the retried one excluded"
+    assert not port_open(port_of(study)), "the orphaned server and the last one were stopped"

@@ -32,21 +32,22 @@ def upload_trial(
     records: list[dict[str, Any]] | None,
 ) -> None:
     """Upload what a trial produced; failures to upload are logged, never raised (the trial's result matters more)."""
-    prefix = files_dir / f"trial-{trial.number:04d}"
-    uploads: list[tuple[Path, str]] = []
-    if server_log is not None and server_log.exists():
-        uploads.append((server_log, "text/plain"))
-    if launch is not None:
-        name, text = launch
-        path = prefix.with_name(f"{prefix.name}.{name}")
-        path.write_text(text)
-        uploads.append((path, "text/plain"))
-    if records:
-        path = prefix.with_name(f"{prefix.name}.records.json")
-        path.write_text(json.dumps(records, indent=1))
-        uploads.append((path, "application/json"))
-    for path, mimetype in uploads:
-        try:
+    prefix = f"trial-{trial.number:04d}"
+    try:
+        files_dir.mkdir(parents=True, exist_ok=True)
+        uploads: list[tuple[Path, str]] = []
+        if server_log is not None and server_log.exists():
+            uploads.append((server_log, "text/plain"))
+        if launch is not None:
+            name, text = launch
+            path = files_dir / f"{prefix}.{name}"
+            path.write_text(text)
+            uploads.append((path, "text/plain"))
+        if records:
+            path = files_dir / f"{prefix}.records.json"
+            path.write_text(json.dumps(records, indent=1))
+            uploads.append((path, "application/json"))
+        for path, mimetype in uploads:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype=mimetype)
-        except Exception as e:  # noqa: BLE001 - an artifact is never worth a trial
-            log.warning("trial %d: could not upload %s: %s", trial.number, path.name, e)
+    except Exception as e:  # noqa: BLE001 - an artifact is never worth a trial
+        log.warning("trial %d: could not store its artifacts: %s", trial.number, e)

@@ -42,6 +42,7 @@ def wait_ready(
     ``on_poll`` receives the seconds waited so far (for progress display).
     """
     start = time.monotonic()
+    paths = list(engine.readiness_paths)
     fatal: list[tuple[str, str]] = []      # (reason, line) in the order seen
     first_fatal_at: float | None = None
     with httpx.Client(base_url=deployment.base_url, headers=headers or {},
@@ -66,8 +67,12 @@ def wait_ready(
                 raise _most_specific(fatal, engine)
             if should_stop():
                 raise TrialFailure("interrupted", "stop requested while waiting for the server")
-            if first_fatal_at is None and _answers(client, engine.readiness_path):
-                return Ready(seconds=time.monotonic() - start)
+            if first_fatal_at is None:
+                code = _status(client, paths[0])
+                if code == 404 and len(paths) > 1:
+                    paths.pop(0)
+                elif code == 200:
+                    return Ready(seconds=time.monotonic() - start)
             waited = time.monotonic() - start
             if waited > timeout:
                 raise TrialFailure("startup_timeout", f"not ready after {waited:.0f} s ([health] timeout = {timeout:g})")
@@ -76,11 +81,11 @@ def wait_ready(
             time.sleep(max(0.0, interval - (time.monotonic() - now)))
 
 
-def _answers(client: httpx.Client, path: str) -> bool:
+def _status(client: httpx.Client, path: str) -> int | None:
     try:
-        return client.get(path).status_code == 200
+        return client.get(path).status_code
     except httpx.HTTPError:
-        return False
+        return None
 
 
 def _most_specific(fatal: list[tuple[str, str]], engine: Engine) -> TrialFailure:

@@ -16,6 +16,7 @@ import logging
 import math
 import os
 import socket
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
@@ -91,6 +92,9 @@ class Objective:
         self.artifacts = artifacts
         self.deployment: Deployment | None = None
         self.phase = Phase()
+        #: seconds this trial spent in each phase (deploying, waiting, verifying, measuring)
+        self.timings: dict[str, float] = {}
+        self._since = time.monotonic()
         self._bench: Bench | None = None
 
     # -- the trial ---------------------------------------------------------------------------------------------
@@ -129,6 +133,8 @@ class Objective:
             log.exception("trial %d: unexpected error", trial.number)
             return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"), params, baseline)
         finally:
+            self._phase(trial, "done")
+            trial.set_user_attr("timings", self.timings)
             self._upload(trial, candidate)
 
     def _upload(self, trial: optuna.Trial, candidate: Candidate) -> None:
@@ -295,5 +301,12 @@ class Objective:
         return None
 
     def _phase(self, trial: optuna.Trial, name: str, detail: str = "") -> None:
+        now = time.monotonic()
+        if name != self.phase.name or trial.number != self.phase.trial:
+            if self.phase.trial == trial.number:
+                self.timings[self.phase.name] = round(self.timings.get(self.phase.name, 0.0) + now - self._since, 3)
+            else:
+                self.timings = {}
+            self._since = now
         self.phase = Phase(trial.number, name, detail)
         self.on_phase(self.phase)

@@ -80,4 +80,7 @@ def row(t: FrozenTrial) -> dict[str, Any]:
         "retry_of": t.user_attrs.get("retry_of"),
         "value_ci": t.user_attrs.get("value_ci"),
         "duration_s": t.duration.total_seconds() if t.duration else None,
+        "started": t.datetime_start.isoformat() if t.datetime_start else None,
+        "completed": t.datetime_complete.isoformat() if t.datetime_complete else None,
+        "timings": t.user_attrs.get("timings", {}),
     }

@@ -54,8 +54,9 @@ class Engine(ABC):
     """One serving engine's rules, endpoints and formats."""
 
     kind: str
-    #: the path that answers 200 only once the server can serve generations
-    readiness_path: str
+    #: paths that answer 200 only once the server can serve generations, preferred first; a path the server
+    #: does not have (404) is skipped for the next
+    readiness_paths: tuple[str, ...]
     #: the flag that sets the server's HTTP port
     port_flag: str = "port"
     #: the kinds of fatal log line; when one failure prints several, the kind that explains it best comes first

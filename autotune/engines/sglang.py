@@ -41,7 +41,8 @@ _CAPACITY = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)
 
 class SGLang(Engine):
     kind = "sglang"
-    readiness_path = "/health_generate"
+    # /ready (0.5.23) answers at once; /health (older releases) is /health_generate, which holds every answer >= 1 s
+    readiness_paths = ("/ready", "/health")
 
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
         out: Args = dict(args)

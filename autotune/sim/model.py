@@ -119,14 +119,23 @@ def _expected_length(qs: list[float], alloc: list[int], gain: float) -> float:
     return length
 
 
-def accept_length(profile: Profile, spec: Spec | None, temperature: float = 0.0) -> float:
-    """Expected tokens per verify step (accepted drafts + the bonus token); 1 without speculation."""
+def reach_probabilities(profile: Profile, spec: Spec | None, temperature: float = 0.0) -> list[float]:
+    """P(the accepted path reaches depth d) for d = 1..steps (tokens accepted beyond the bonus token)."""
     if spec is None:
-        return 1.0
+        return []
     alloc = tree_allocation(profile, spec)
     penalty = max(0.0, 1.0 - profile.acceptance.temperature_penalty * max(temperature, 0.0))
-    qs = [depth_acceptance(profile, d + 1, spec) * penalty for d in range(len(alloc))]
-    return _expected_length(qs, alloc, profile.acceptance.topk_gain)
+    reach, out = 1.0, []
+    for depth, candidates in enumerate(alloc, start=1):
+        reach *= _coverage(depth_acceptance(profile, depth, spec) * penalty, candidates,
+                           profile.acceptance.topk_gain)
+        out.append(reach)
+    return out
+
+
+def accept_length(profile: Profile, spec: Spec | None, temperature: float = 0.0) -> float:
+    """Expected tokens per verify step (accepted drafts + the bonus token); 1 without speculation."""
+    return 1.0 + sum(reach_probabilities(profile, spec, temperature))
 
 
 def accept_rate(length: float, spec: Spec | None) -> float:
@@ -483,18 +492,21 @@ def single_stream_tok_s(profile: Profile, cfg: Config, plan: MemoryPlan, prompt:
 def concurrent_tok_s(
     profile: Profile, cfg: Config, plan: MemoryPlan, concurrency: int, prompt: int, output: int
 ) -> float:
-    """Output tokens per second with ``concurrency`` requests kept in flight (closed loop, fixed lengths).
+    """Output tokens per second with ``concurrency`` requests kept in flight (closed loop).
 
-    Up to max_running_requests per DP worker decode together and the rest queue. Requests admitted together
-    finish together (same length, near-equal acceptance), so each cycle is one batched prefill of the freed
-    slots (decoding pauses for it, as in SGLang) followed by the decode steps of the slowest request."""
+    Up to max_running_requests per DP worker decode together and the rest queue. A completion frees a slot that
+    the next request takes after a prefill forward, which pauses decoding as in SGLang; completions are taken as
+    randomly spread over decode steps, so one prefill serves every request that completed in the same step."""
     length = accept_length(profile, cfg.spec)
     running = min(concurrency, plan.max_running_requests * cfg.dp)
     per_worker = max(1, math.ceil(running / cfg.dp))
-    decode_steps = math.ceil((output - 1) / length) + (1 if cfg.spec else 0)
+    decode_steps = (output - 1) / length + 0.5
     step = step_ms(profile, cfg, per_worker, per_worker * (prompt + output // 2), graph_ok(plan, cfg, per_worker))
-    cycle = decode_steps * step + prefill_ms(profile, cfg, per_worker * prompt, per_worker)
-    return 1000.0 * running * output / cycle
+    completions = per_worker / decode_steps  # per decode step
+    prefills = 1.0 - math.exp(-completions)  # chance that a step is followed by a prefill
+    batch = completions / prefills
+    per_step = step + prefills * prefill_ms(profile, cfg, round(batch * prompt), max(1, round(batch)))
+    return 1000.0 * running * output / (decode_steps * per_step)
 
 
 def figures(profile: Profile, cfg: Config, concurrency: int, prompt: int | None = None,

@@ -41,6 +41,8 @@ class Request:
     arrival_v: float = 0.0
     natural_length: int | None = None
     accept_per_step: float = 0.0
+    reach: list[float] = dataclasses.field(default_factory=list)
+    rng: random.Random | None = None
     carry: float = 0.0
     abort_at: int | None = None
     generator: TextGenerator | None = None
@@ -131,7 +133,7 @@ class Scheduler:
         self.stalled = False
         self.serving = False  # set once warm-up is done: injected request errors spare the warm-up request
         self.last_output_time = 0.0
-        self._accept_cache: dict[float, float] = {}
+        self._reach_cache: dict[float, list[float]] = {}
         self._graph = True
         self._pending_new = 0
         self.reset_stats()
@@ -173,11 +175,12 @@ class Scheduler:
         if not req.ignore_eos:
             mean = self.profile.acceptance.mean_output_tokens
             req.natural_length = max(1, int(rng.expovariate(1.0 / mean)) + 1)
-        length = self._accept_length(req.temperature)
+        reach = self._reach(req.temperature)
         factor = 1.0 + self.noise * _clipped_gauss(rng)
-        steps = self.config.spec.steps if self.config.spec else 0
-        req.accept_per_step = min(max((length - 1.0) * factor, 0.0), steps)
+        req.reach = [min(1.0, r * factor) for r in reach]
+        req.accept_per_step = sum(req.reach)
         req.carry = rng.random()
+        req.rng = rng
         if self.serving and self.faults.error_fraction and rng.random() < self.faults.error_fraction:
             req.abort_at = rng.randrange(max(req.max_new_tokens, 1))
         self.waiting.append(req)
@@ -332,9 +335,7 @@ class Scheduler:
         spec = self.config.spec
         for req in list(self.running):
             if spec is not None:
-                req.carry += req.accept_per_step
-                accepted = min(int(req.carry), spec.steps)
-                req.carry -= accepted
+                accepted = self._accepted(req)
                 req.verify_ct += 1
                 req.correct_drafts += accepted
                 self.spec_accept_tokens += 1 + accepted
@@ -451,11 +452,22 @@ class Scheduler:
 
     # ---------------------------------------------------------------------------------------------- model
 
-    def _accept_length(self, temperature: float) -> float:
+    def _reach(self, temperature: float) -> list[float]:
         key = round(max(temperature, 0.0), 3)
-        if key not in self._accept_cache:
-            self._accept_cache[key] = model.accept_length(self.profile, self.config.spec, key)
-        return self._accept_cache[key]
+        if key not in self._reach_cache:
+            self._reach_cache[key] = model.reach_probabilities(self.profile, self.config.spec, key)
+        return self._reach_cache[key]
+
+    def _accepted(self, req: Request) -> int:
+        """Draft tokens accepted this step: drawn from the depth-reach probabilities, or, with noise off,
+        exactly the expected number spread over steps (so timing follows the model precisely)."""
+        if self.noise > 0:
+            u = req.rng.random()
+            return sum(1 for r in req.reach if u < r)
+        req.carry += req.accept_per_step
+        accepted = int(req.carry)
+        req.carry -= accepted
+        return accepted
 
     def _jitter(self) -> float:
         if self.noise <= 0:

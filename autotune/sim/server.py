@@ -24,6 +24,9 @@ VERSION = "0.5.23"
 DEFAULT_MAX_NEW_TOKENS = 128
 # SGLang re-checks a waiting non-streaming request for a client disconnect at this interval.
 DISCONNECT_POLL_S = 4.0
+# A stream sends at most one chunk per this many real seconds. SGLang streams every decode step; at speedup 1
+# steps are slower than this, while under --sim-speedup it coalesces steps so that HTTP keeps up.
+MIN_CHUNK_INTERVAL_S = 0.002
 
 
 @dataclasses.dataclass
@@ -244,6 +247,7 @@ async def updates(state: State, req: GenRequest) -> AsyncIterator[GenRequest]:
             yield req
             if req.finished:
                 return
+            await asyncio.sleep(MIN_CHUNK_INTERVAL_S)
     finally:
         if not req.finished:
             state.scheduler.abort(req)

@@ -30,7 +30,7 @@ import time
 from contextlib import AbstractContextManager
 from pathlib import Path
 
-from autotune.errors import TrialFailure
+from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description
 from autotune.study import TargetSpec
 from autotune.targets.base import Deployment, Target
@@ -203,6 +203,37 @@ def remote_port_state(conn: SSHConnection, spec: TargetSpec, wait: float = 0.0) 
                                             f"(python3 on the target's PATH?): {result.detail()}") from None
 
 
+def remote_preflight(conn: SSHConnection, spec: TargetSpec, command: list[str], workdir: str,
+                     extra: list[str] | None = None, search_path: str | None = None) -> None:
+    """Connect (host key and authentication problems surface here) and check on the target, in one command,
+    that python3 and flock exist, ``workdir`` can be made and the server command exists (found from workdir, on
+    the PATH of a non-interactive SSH session, or on ``search_path``). ``extra`` shell lines may add checks that
+    print a message to stderr and exit non-zero. Raises ``UserError`` naming the target and the problem."""
+    q = sh_command
+    exe = command[0] if command else ""
+    if "/" in exe:
+        found = f"[ -x {q([exe])} ]"
+    elif search_path:
+        found = f"(PATH={q([search_path])}; command -v {q([exe])} >/dev/null 2>&1)"
+    else:
+        found = f"command -v {q([exe])} >/dev/null 2>&1"
+    where = f" (searched {search_path}: give an absolute path)" if search_path and "/" not in exe else ""
+    script = "\n".join([
+        FIND_PYTHON,
+        "command -v flock >/dev/null 2>&1 || { echo 'autotune: flock (util-linux) is not installed' >&2; exit 1; }",
+        (f"mkdir -p {q([workdir])} && cd {q([workdir])} || "
+        f"{{ echo {q([f'autotune: cannot create workdir {workdir}'])} >&2; exit 1; }}"),
+        f"{found} || {{ echo {q([f'autotune: server command not found: {exe}{where}'])} >&2; exit 1; }}",
+        *(extra or []),
+    ])
+    try:
+        result = conn.run(script, what="checking the target")
+    except TrialFailure as e:
+        raise UserError(f"target {spec.name}: {e.detail}") from None
+    if not result.ok:
+        raise UserError(f"target {spec.name} ({conn.label}): {result.detail().removeprefix('autotune: ')}")
+
+
 def remote_base_url(conn: SSHConnection, spec: TargetSpec) -> str:
     """http://127.0.0.1:<forwarded port> with ``tunnel``; otherwise http://host:server_port."""
     if spec.tunnel:
@@ -298,6 +329,9 @@ class ProcessTarget(Target):
 
     def lock(self, holder: str) -> AbstractContextManager[None]:
         return RemoteLock(self.conn, self.directory, self.spec.identity, holder_description(holder))
+
+    def preflight(self, command: list[str]) -> None:
+        remote_preflight(self.conn, self.spec, command, self.directory)
 
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessDeployment:
         if not argv:

@@ -22,8 +22,8 @@ variables there and reads ``-@:+!`` prefixes from it, so anything else is refuse
 
 Logs: ``journalctl _SYSTEMD_INVOCATION_ID=<id> + INVOCATION_ID=<id>`` (the service's output and systemd's messages
 about that start; the id is read right after ``systemctl start``), continued with ``--after-cursor``: exactly this
-start, nothing of the previous one's shutdown. Without invocation ids (systemd < 232): ``-u UNIT --since=@<start>``. Exit status:
-``systemctl show`` ActiveState/SubState/ExecMainCode/ExecMainStatus; killed by a signal reads as ``-signal``.
+start, nothing of the previous one's shutdown. Without invocation ids (systemd < 232): ``-u UNIT --since=@<start>``.
+Exit status: ``systemctl show`` ActiveState/SubState/ExecMainCode/ExecMainStatus; killed by signal N reads as -N.
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description, state_dir
 from autotune.study import TargetSpec
 from autotune.targets.base import Deployment, Target
-from autotune.targets.process import FIND_PYTHON, HELPER, remote_base_url
+from autotune.targets.process import FIND_PYTHON, HELPER, remote_base_url, remote_preflight
 from autotune.targets.ssh import Completed, RemoteLock, SSHConnection, sh_command
 
 DROPIN_NAME = "zz-autotune.conf"
@@ -48,6 +48,8 @@ PORT_SETTLE = 3.0           # after `systemctl stop` returned, the unit's proces
                             # this is someone else's
 SHOW_PROPS = ("ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus", "ExecMainPID", "MainPID",
               "InvocationID", "NRestarts")
+#: where systemd (>= 239) looks for an ExecStart= executable given without a path (not the login PATH)
+SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 _RUNNING = ("active", "reloading", "activating", "deactivating")
 _EXECUTABLE = re.compile(r"^[A-Za-z0-9_./+=,][A-Za-z0-9_./+=,@:-]*$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -371,6 +373,39 @@ class SystemdTarget(Target):
 
     def lock(self, holder: str) -> AbstractContextManager[None]:
         return RemoteLock(self.conn, self.directory, self.spec.identity, holder_description(holder))
+
+    def rendered(self, argv: list[str], env: dict[str, str]) -> tuple[str, str]:
+        try:
+            text = render_dropin(argv, {**self.spec.env, **env}, self.unit, self.dropin_path, note=self.spec.name)
+        except TrialFailure as e:
+            text = f"# cannot be rendered: {e.detail}\n"
+        return DROPIN_NAME, text
+
+    def preflight(self, command: list[str]) -> None:
+        """Reachable, the unit is loaded, the drop-in can be written (or sudo -n works), the command can be an
+        ExecStart= executable and exists on the target."""
+        try:
+            exec_line(command)
+        except TrialFailure as e:
+            raise UserError(f"target {self.spec.name}: {e.detail}") from None
+        q = sh_command
+        unit = q([self.unit])
+        load = q(self._argv(["systemctl", "show", self.unit, "-p", "LoadState", "--value"]))
+        extra = [
+            f'state=$({load}) || {{ echo "autotune: systemctl show {unit} failed" >&2; exit 1; }}',
+            (f'[ "$state" = loaded ] || {{ echo "autotune: unit {unit} is not loaded on the target '
+            f'(LoadState=$state); check the unit name" >&2; exit 1; }}'),
+        ]
+        if self.spec.sudo:
+            extra.append("sudo -n true 2>/dev/null || { echo 'autotune: sudo -n needs a password on the target; "
+                         "allow the user passwordless sudo for systemctl, journalctl, install and rm' >&2; exit 1; }")
+        else:
+            dirs = f"{q([self.dropin_dir])} {q([self.spec.unit_dir])}"
+            extra.append(
+                f'w=; for d in {dirs}; do if [ -d "$d" ]; then [ -w "$d" ] && w=1; break; fi; done; '
+                f'[ -n "$w" ] || {{ echo "autotune: cannot write {self.dropin_dir} as $(id -un); set sudo = true" '
+                f'>&2; exit 1; }}')
+        remote_preflight(self.conn, self.spec, command, self.directory, extra, search_path=SYSTEMD_PATH)
 
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> SystemdDeployment:
         text = render_dropin(argv, {**self.spec.env, **env}, self.unit, self.dropin_path, note=self.spec.name)

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from autotune.engines.sglang import SGLang
-from autotune.errors import TrialFailure
+from autotune.errors import TrialFailure, UserError
 from autotune.health import wait_ready
 from autotune.study import _target, _Validator
 from autotune.targets import make_target
@@ -213,3 +213,17 @@ def test_make_target_and_new_spec_keys(tmp_path: Path) -> None:
     assert isinstance(make_target(replace(spec, kind="ssh-process", unit=None)), ProcessTarget)
     with pytest.raises(Exception, match="password_env"):
         _target({"kind": "ssh-process", "host": "gpu1", "password_env": "hunter2 !"}, "target", "default", v)
+
+
+def test_preflight_checks_the_target_before_a_study_starts(make_spec, cleanup, tmp_path: Path) -> None:
+    spec = make_spec()
+    target = cleanup(ProcessTarget(spec))
+    target.preflight(server_argv(spec.server_port))
+    assert Path(target.directory).is_dir()
+    with pytest.raises(UserError, match="server command not found: /nonexistent/bin/server"):
+        target.preflight(["/nonexistent/bin/server"])
+    with pytest.raises(UserError, match="server command not found: no-such-server-command"):
+        target.preflight(["no-such-server-command"])
+    unknown = cleanup(ProcessTarget(make_spec(known_hosts=str(tmp_path / "empty_known_hosts"))))
+    with pytest.raises(UserError, match="not known"):
+        unknown.preflight(server_argv(spec.server_port))

@@ -233,3 +233,21 @@ def test_exec_line_refuses_executables_systemd_would_misread(bad: str) -> None:
     with pytest.raises(TrialFailure) as e:
         exec_line([bad, "--port", "1"])
     assert e.value.reason == "deploy_failed"
+
+
+def test_preflight_and_rendered_dropin(unit: Unit, unit_spec, make_spec, fake_systemd_root: Path, cleanup) -> None:
+    target = cleanup(SystemdTarget(unit_spec()))
+    argv = server_argv(unit.port, "--served-model-name", "a b")
+    target.preflight(argv)
+    cleanup(SystemdTarget(unit_spec(sudo=True))).preflight(argv)
+    with pytest.raises(UserError, match="cannot be an ExecStart= executable"):
+        target.preflight(["$PYTHON", "-m", "x"])
+    with pytest.raises(UserError, match="server command not found"):
+        target.preflight(["/nonexistent/python3", "-m", "x"])
+    missing = cleanup(SystemdTarget(make_spec(kind="ssh-systemd", unit="no-such-unit.service",
+                                              unit_dir=str(fake_systemd_root / "system"))))
+    with pytest.raises(UserError, match="not loaded"):
+        missing.preflight(argv)
+    name, text = target.rendered(argv, {"K": "v"})
+    assert name == "zz-autotune.conf"
+    assert "ExecStart=\n" in text and '"a b"' in text and 'Environment="K=v"' in text

@@ -1,0 +1,143 @@
+"""`autotune run` end to end on remote targets through the real sshd: ssh-process with a tunnel, ssh-systemd with
+`autotune restore`, and a connection cut in the middle of a study."""
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+
+from autotune.engines.sglang import SGLang
+from autotune.study import load_study
+from autotune.targets.process import ProcessTarget
+from tests.conftest import run_autotune
+from tests.ssh.helpers import cmdline, wait_for
+from tests.ssh.test_systemd import main_pid, stand_in
+from tests.studies import status, write_study
+from tests.support.sshd import SSHServer, free_port
+
+ENGINE = SGLang()
+REPO = Path(__file__).resolve().parents[2]
+
+
+def remote_study(directory: Path, server: SSHServer, *, trials: int, target: str = "", **kwargs: object) -> Path:
+    """A small study whose [target] is the test sshd (the emulator runs 'remotely', through SSH)."""
+    path = write_study(directory, trials=trials, **kwargs)  # type: ignore[arg-type]
+    text = path.read_text()
+    port = re.search(r"server_port = (\d+)", text).group(1)  # type: ignore[union-attr]
+    block = "\n".join([
+        "[target]",
+        target or 'kind = "ssh-process"',
+        f'host = "{server.host}"',
+        f"port = {server.port}",
+        'user = "root"',
+        f'key_file = "{server.user_key}"',
+        f'known_hosts = "{server.known_hosts}"',
+        f'workdir = "{directory / "remote-work"}"',
+        "tunnel = true",
+        "connect_timeout = 5",
+        "reconnect_timeout = 20",
+        f"server_port = {port}",
+        "",
+    ])
+    text = re.sub(r"\[target\]\nkind = \"local\"\nserver_port = \d+\n", block, text)
+    # systemd does not search the login PATH: the emulator by absolute path, as a real unit would name it
+    text = text.replace('command = ["autotune-sim"]', f'command = {json.dumps([sys.executable, "-m", "autotune.sim"])}')
+    path.write_text(text)
+    return path
+
+
+def finished_ok(r: subprocess.CompletedProcess[str]) -> None:
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "Traceback" not in r.stderr
+
+
+def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None:
+    study = remote_study(tmp_path, sshd, trials=3)
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    finished_ok(r)
+    trials = status(study)["trials"]
+    assert len(trials) == 3 and trials[0]["state"] == "COMPLETE"
+    assert trials[0]["metrics"]["single_tok_s"] > 0
+    log = (tmp_path / "t-logs" / "trial-0000.log").read_text()
+    assert "The server is fired up and ready to roll!" in log  # fetched from the target over SFTP
+
+    # the tuner has exited; the target keeps a healthy server (the best config, or the original)
+    spec = load_study(str(study)).target()
+    target = ProcessTarget(spec)
+    try:
+        assert httpx.get(target.base_url() + ENGINE.readiness_path, timeout=10).status_code == 200
+        best = json.loads(run_autotune("best", "--study", str(study), "--json").stdout)
+        record = json.loads(Path(target.pid_file).read_text())
+        assert record["argv"] in (best["command"], trials[0].get("command"), record["argv"])
+    finally:
+        target.stop()
+        target.close()
+
+
+def test_study_on_an_ssh_systemd_target_then_restore(sshd: SSHServer, fake_systemd_root: Path,
+                                                    tmp_path: Path) -> None:
+    name = f"sglang-study-{free_port()}.service"
+    study = remote_study(tmp_path, sshd, trials=3, target="\n".join([
+        'kind = "ssh-systemd"', f'unit = "{name}"', f'unit_dir = "{fake_systemd_root / "system"}"']))
+    spec = load_study(str(study)).target()
+    original = [sys.executable, "-m", "autotune.sim", "--port", str(spec.server_port), "--host", "127.0.0.1",
+                "--model-path", "/m", "--tp-size", "4", "--served-model-name", "original-config",
+                "--sim-time-scale", "0.005", "--sim-speedup", "10"]
+    unit_file = fake_systemd_root / "system" / name
+    unit_text = f"[Service]\nType=simple\nExecStart={' '.join(original)}\n"
+    unit_file.write_text(unit_text)
+    stand_in(fake_systemd_root, "systemctl", "daemon-reload")
+    stand_in(fake_systemd_root, "systemctl", "start", name)
+    try:
+        finished_ok(run_autotune("run", "--study", str(study), cwd=tmp_path))
+        trials = status(study)["trials"]
+        assert len(trials) == 3 and trials[0]["state"] == "COMPLETE"
+        dropin = fake_systemd_root / "system" / f"{name}.d" / "zz-autotune.conf"
+        assert dropin.exists()  # the study left a tuned config in place
+        assert "fired up" in (tmp_path / "t-logs" / "trial-0000.log").read_text()  # from the journal
+
+        finished_ok(run_autotune("restore", "--study", str(study), cwd=tmp_path))
+        assert not dropin.exists()
+        assert unit_file.read_text() == unit_text
+        unit = type("U", (), {"root": fake_systemd_root, "name": name})
+        wait_for(lambda: main_pid(unit) and cmdline(main_pid(unit)) == original, timeout=30)  # type: ignore[arg-type]
+    finally:
+        stand_in(fake_systemd_root, "systemctl", "stop", name)
+
+
+def test_study_survives_a_connection_cut(private_sshd: SSHServer, tmp_path: Path) -> None:
+    study = remote_study(tmp_path, private_sshd, trials=4)
+    log = tmp_path / "t.log"
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        # cut the connection while trial 1 is being measured or started
+        wait_for(lambda: log.exists() and re.search(r"trial 0 \[baseline\] COMPLETE", log.read_text()), timeout=120)
+        time.sleep(0.5)
+        assert private_sshd.kill_connections() > 0
+        out, err = proc.communicate(timeout=240)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode == 0, err + out
+    assert "Traceback" not in err
+    trials = status(study)["trials"]
+    counted = [t for t in trials if t["state"] in ("COMPLETE", "PRUNED", "FAIL")]
+    assert len(counted) >= 4
+    for t in trials:  # the cut cost at most a retried trial, never blamed on the config
+        assert t["state"] != "FAIL" or t["reason"] in ("ssh_lost", "errors", "crashed_under_load", "stalled"), t
+    assert "reconnected" in log.read_text()
+
+    spec = load_study(str(study)).target()
+    target = ProcessTarget(spec)
+    try:
+        assert httpx.get(target.base_url() + ENGINE.readiness_path, timeout=10).status_code == 200
+    finally:
+        target.stop()
+        target.close()

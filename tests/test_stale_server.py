@@ -1,0 +1,118 @@
+"""A server that is not the one requested is never measured: a foreign process on the port, or a stale server
+that answers with other args (peers.md item 4)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+import time
+from contextlib import AbstractContextManager, nullcontext
+from pathlib import Path
+
+import httpx
+import optuna
+import pytest
+
+from autotune.engines import get_engine
+from autotune.objective import Objective
+from autotune.space import Space
+from autotune.study import load_study
+from autotune.targets.base import Deployment, Target
+from autotune.targets.local import port_open
+from tests.conftest import free_port, run_autotune
+from tests.studies import status, write_study
+
+
+def start_emulator(port: int, steps: int, topk: int, draft: int) -> subprocess.Popen[bytes]:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "autotune.sim", "--model-path", "/m", "--tp-size", "4", "--port", str(port),
+         "--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(steps), "--speculative-eagle-topk",
+         str(topk), "--speculative-num-draft-tokens", str(draft), "--sim-time-scale", "0.005", "--sim-speedup", "10"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/health_generate", timeout=2).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.kill()
+    raise RuntimeError("emulator did not start")
+
+
+class StaleTarget(Target):
+    """A target whose restart silently did nothing: the old server keeps answering on the port."""
+
+    def __init__(self, spec, url: str, log: Path) -> None:  # type: ignore[no-untyped-def]
+        super().__init__(spec)
+        self.url = url
+        self.log = log
+
+    def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> Deployment:
+        target = self
+
+        class Old(Deployment):
+            base_url = target.url
+            log_path = target.log
+
+            def exit_status(self) -> int | None:
+                return None
+
+            def read_log(self) -> str:
+                return ""
+
+        return Old()
+
+    def stop(self) -> None:
+        pass
+
+    def base_url(self) -> str:
+        return self.url
+
+    def lock(self, holder: str) -> AbstractContextManager[None]:
+        return nullcontext()
+
+
+def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
+    port = free_port()
+    old = start_emulator(port, steps=1, topk=1, draft=2)
+    try:
+        spec = load_study(str(write_study(tmp_path, port=port)))
+        engine = get_engine("sglang")
+        space = Space(spec, engine, port)
+        (tmp_path / "old.log").write_text("")
+        objective = Objective(spec, engine, StaleTarget(spec.target(), f"http://127.0.0.1:{port}", tmp_path / "old.log"),
+                              space, ["hello"], tmp_path / "logs", should_stop=lambda: False)
+        study = optuna.create_study(direction="maximize")
+        study.enqueue_trial({"speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4})
+        study.optimize(objective, n_trials=1)
+        t = study.trials[0]
+        assert t.state == optuna.trial.TrialState.FAIL
+        assert t.user_attrs["reason"] == "wrong_args"
+        assert "speculative-num-steps: requested 3, running 1" in t.user_attrs["detail"]
+        assert "metrics" not in t.user_attrs
+        # an infrastructure failure: the same config is queued once more
+        waiting = study.get_trials(states=(optuna.trial.TrialState.WAITING,))
+        assert len(waiting) == 1 and waiting[0].user_attrs["retry_of"] == 0
+    finally:
+        old.kill()
+
+
+def test_foreign_process_on_the_port_is_named_and_never_killed(tmp_path: Path) -> None:
+    port = free_port()
+    squatter = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 10
+        while not port_open(port) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        study = write_study(tmp_path, trials=1, port=port)
+        r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        trials = status(study)["trials"]
+        assert trials[0]["reason"] == "port_busy"
+        assert f"port {port} on 127.0.0.1 is held by pid {squatter.pid}" in trials[0]["detail"]
+        assert "http.server" in trials[0]["detail"]
+        assert squatter.poll() is None, "autotune killed a process it did not start"
+    finally:
+        squatter.kill()

@@ -7,8 +7,8 @@ the engine's fatal lines) and the process (for an early exit). There is no fixed
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 import httpx
 

@@ -17,9 +17,10 @@ import math
 import os
 import socket
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import optuna
@@ -27,12 +28,17 @@ from optuna.artifacts import FileSystemArtifactStore
 
 from autotune.artifacts import upload_trial
 from autotune.bench.measure import Bench, Measurement
-from autotune.bench.stats import ci95
 from autotune.engines import Engine, ServerInfo, config_key
 from autotune.errors import InvalidConfig, TrialFailure
 from autotune.health import check_alive, wait_ready
 from autotune.score import (
-    constraint_values, metrics_of, objective_values, reference_of, repeat_value, stage_value, violated,
+    constraint_values,
+    metrics_of,
+    objective_values,
+    reference_of,
+    relative_precision,
+    stage_value,
+    violated,
 )
 from autotune.space import Candidate, Space, describe
 from autotune.study import StudySpec
@@ -129,7 +135,7 @@ class Objective:
             return self._retry(trial, failure, params, baseline)
         except optuna.TrialPruned:
             raise
-        except Exception as e:  # noqa: BLE001 - a bug must cost one trial, not the night
+        except Exception as e:
             log.exception("trial %d: unexpected error", trial.number)
             return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"), params, baseline)
         finally:
@@ -180,7 +186,7 @@ class Objective:
         )
         m = bench.run(
             on_level=lambda step, c, m: self._on_level(trial, step, c, m, reference),
-            value_of=lambda levels: repeat_value(spec.objective, levels, reference),
+            precision_of=lambda m: relative_precision(spec.objective, m),
         )
         metrics = metrics_of(m, info)
         if trial.user_attrs.get("baseline"):
@@ -188,7 +194,7 @@ class Objective:
             trial.study.set_user_attr("reference", {**reference, "trial": trial.number})
         values = objective_values(spec.objective, metrics, reference)
         constraints = constraint_values(spec.constraints, metrics)
-        self._record_measurement(trial, m, metrics, constraints)
+        self._record_measurement(trial, m, metrics, constraints, values)
         bad = violated(constraints)
         if bad:
             trial.set_user_attr("reason", "constraints")
@@ -244,14 +250,14 @@ class Objective:
     # -- outcomes ----------------------------------------------------------------------------------------------
 
     def _record_measurement(self, trial: optuna.Trial, m: Measurement, metrics: dict[str, Any],
-                            constraints: dict[str, float]) -> None:
+                            constraints: dict[str, float], values: list[float]) -> None:
         for key, value in constraints.items():
             trial.set_constraint(key, value)
         trial.set_user_attr("metrics", metrics)
         trial.set_user_attr("levels", [m.summary(c) for c in m.concurrencies])
-        ci = ci95(m.values)
-        if ci is not None:
-            trial.set_user_attr("value_ci", [ci[0] - ci[1], ci[0] + ci[1]])
+        if m.precision is not None:
+            # the 95% interval of the objective (of the first objective for pareto studies)
+            trial.set_user_attr("value_ci", [values[0] * (1 - m.precision), values[0] * (1 + m.precision)])
 
     def _infeasible(self, trial: optuna.Trial, reason: str, detail: str, stage: str) -> float:
         for key, value in constraint_values(self.spec.constraints, None).items():

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from autotune.bench.measure import LevelResult, Measurement
+from autotune.bench.measure import Measurement
 from autotune.engines import ServerInfo
 from autotune.study import ConstraintSpec
 
@@ -67,18 +67,21 @@ def objective_values(mode: str, metrics: dict[str, Any], reference: dict[str, An
     return [math.sqrt(max(s, 0.0) / s0 * max(c, 0.0) / c0)]
 
 
-def repeat_value(mode: str, levels: list[LevelResult], reference: dict[str, Any] | None) -> float:
-    """The objective of one repeat (its spread across repeats is the confidence interval); for pareto, the
-    geometric mean of both objectives stands in."""
-    single = [d for r in levels[0].ok if (d := r.decode_tok_s) is not None]
-    s = sum(single) / len(single) if single else 0.0
-    c = levels[-1].output_tok_s
+def relative_precision(mode: str, m: Measurement) -> float | None:
+    """Relative half-width of the objective's 95% interval from everything measured so far (None: unknown).
+
+    Single-stream speed and concurrent throughput are independent measurements; their relative errors combine as
+    for a product: sqrt(a^2 + b^2), halved under the geometric mean of the weighted and pareto modes.
+    """
+    s = m.summary(1)["decode_tok_s_rel_ci"]
+    c = m.summary(max(m.concurrencies))["output_tok_s_rel_ci"]
     if mode == "single":
         return s
     if mode == "concurrent":
         return c
-    s0, c0 = _reference(reference) if mode == "weighted" else (1.0, 1.0)
-    return math.sqrt(s / s0 * c / c0)
+    if s is None or c is None:
+        return None
+    return 0.5 * math.sqrt(s * s + c * c)
 
 
 def stage_value(mode: str, concurrency: int, m: Measurement, reference: dict[str, Any] | None) -> float | None:

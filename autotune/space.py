@@ -7,8 +7,8 @@ same experiment, so the key of a candidate is what decides whether a measurement
 from __future__ import annotations
 
 import itertools
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator
 
 import optuna
 

@@ -11,10 +11,11 @@ import logging
 import signal
 import time
 import warnings
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 import optuna

@@ -28,13 +28,13 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autotune.engines import get_engine  # noqa: E402
-from autotune.errors import TrialFailure  # noqa: E402
-from autotune.health import wait_ready  # noqa: E402
-from autotune.study import TargetSpec  # noqa: E402
-from autotune.targets.local import LocalTarget  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.studies import write_study  # noqa: E402
+from autotune.engines import get_engine
+from autotune.errors import TrialFailure
+from autotune.health import wait_ready
+from autotune.study import TargetSpec
+from autotune.targets.local import LocalTarget
+from tests.conftest import free_port
+from tests.studies import write_study
 
 ENGINE = get_engine("sglang")
 

@@ -44,7 +44,7 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     best = json.loads(run_autotune("best", "--study", str(study), "--json").stdout)
     assert best["value"] > 1.0, "the tuner found nothing better than the baseline"
     assert best["command"][0] == "autotune-sim"
-    assert f"--speculative-num-steps" in best["command"]
+    assert "--speculative-num-steps" in best["command"]
 
     # every deployed trial kept its own server log; the local server is stopped at the end
     deployed = [t for t in trials if t["reused_from"] is None and t["reason"] != "invalid_config"]

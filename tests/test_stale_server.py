@@ -10,7 +10,6 @@ from pathlib import Path
 
 import httpx
 import optuna
-import pytest
 
 from autotune.engines import get_engine
 from autotune.objective import Objective

@@ -31,8 +31,9 @@ def test_confidence_interval_uses_student_t() -> None:
 
 def record(c: int, start: float, ttft: float, e2e: float, tokens: int, verify: int | None = None,
            error: str | None = None) -> RequestRecord:
+    step = (e2e - ttft) / max(tokens - 1, 1)
     return RequestRecord(concurrency=c, start=start, ttft=ttft, e2e=e2e, tokens=tokens,
-                         itl=[(e2e - ttft) / max(tokens - 1, 1)] * max(tokens - 1, 0),
+                         trace=[(ttft + i * step, i + 1) for i in range(tokens)],
                          accept_length=None if verify is None else tokens / verify, verify_steps=verify,
                          finish_reason="length", error=error)
 
@@ -41,7 +42,7 @@ def test_level_summary_from_known_records() -> None:
     single = LevelResult(1, [record(1, 0.0, 0.1, 1.1, 101, verify=40), record(1, 1.1, 0.1, 1.1, 101, verify=60)],
                          wall=2.2)
     busy = LevelResult(4, [record(4, 0.0, 0.2, 2.2, 101, verify=50) for _ in range(3)]
-                       + [record(4, 0.0, 0.2, 1.0, 5, error="http 500: boom")], wall=2.2)
+                       + [record(4, 0.0, 0.2, 1.0, 5, error="http 500: boom")], wall=2.2)  # no window: all at once
     m = Measurement(repeats=[[single, busy]])
     s = m.summary(1)
     assert s["decode_tok_s"] == pytest.approx(100.0)       # 100 tokens after the first, in 1.0 s
@@ -52,3 +53,14 @@ def test_level_summary_from_known_records() -> None:
     assert b["errors"] == 1 and b["requests"] == 4
     assert b["output_tok_s"] == pytest.approx(303 / 2.2)   # failed requests' tokens do not count
     assert b["decode_tok_s"] == pytest.approx(50.0)
+    assert b["itl_ms_p50"] == pytest.approx(20.0)
+
+
+def test_throughput_counts_only_the_window_at_full_load() -> None:
+    # two requests in flight; the third is sent at 1.0 s, when the first finishes: the window is [0, 1.0 s]
+    first = record(2, 0.0, 0.0, 1.0, 101)       # 100 tokens/s from t=0
+    second = record(2, 0.0, 0.0, 2.0, 101)      # 50 tokens/s from t=0
+    third = record(2, 1.0, 0.0, 1.0, 101)       # sent at 1.0 s; the tail after it is not the config at 2 in flight
+    level = LevelResult(2, [first, second, third], wall=2.0, full_load=1.0)
+    assert first.tokens_by(1.0) == 101 and second.tokens_by(1.0) == 51 and third.tokens_by(1.0) == 1
+    assert level.output_tok_s == pytest.approx((101 + 51 + 1) / 1.0)

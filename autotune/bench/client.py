@@ -23,7 +23,8 @@ class RequestRecord:
     ttft: float | None = None       # seconds from sending to the first token
     e2e: float | None = None        # seconds from sending to the last event
     tokens: int = 0                 # completion tokens
-    itl: list[float] = field(default_factory=list)  # seconds between successive token-carrying events
+    #: (seconds since sending, completion tokens so far) at every event that brought tokens
+    trace: list[tuple[float, int]] = field(default_factory=list)
     accept_length: float | None = None
     verify_steps: int | None = None
     finish_reason: str | None = None
@@ -32,6 +33,20 @@ class RequestRecord:
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def itl(self) -> list[float]:
+        """Seconds between successive token-carrying events (one event may carry several accepted tokens)."""
+        return [b[0] - a[0] for a, b in zip(self.trace, self.trace[1:])]
+
+    def tokens_by(self, t: float) -> int:
+        """Completion tokens this request had received ``t`` seconds after its level started."""
+        done = 0
+        for at, tokens in self.trace:
+            if self.start + at > t:
+                break
+            done = tokens
+        return done
 
     @property
     def decode_tok_s(self) -> float | None:
@@ -63,7 +78,6 @@ async def stream_one(
     req = engine.generation_request(prompt, max_tokens, temperature)
     sent = time.perf_counter()
     rec = RequestRecord(concurrency=concurrency, start=sent - t0)
-    last_event = sent
     try:
         async with client.stream("POST", req.path, json=req.body) as resp:
             if resp.status_code != 200:
@@ -91,8 +105,7 @@ async def stream_one(
                 except ValueError:
                     rec.error = f"unparsable event: {data[:120]}"
                     return rec
-                _apply(rec, update, now, sent, last_event)
-                last_event = now
+                _apply(rec, update, now - sent)
                 if update.error:
                     return rec
     except httpx.HTTPError as e:
@@ -103,14 +116,13 @@ async def stream_one(
     return rec
 
 
-def _apply(rec: RequestRecord, update: StreamUpdate, now: float, sent: float, last_event: float) -> None:
+def _apply(rec: RequestRecord, update: StreamUpdate, elapsed: float) -> None:
     if update.tokens is not None and update.tokens > rec.tokens:
         if rec.ttft is None:
-            rec.ttft = now - sent
-        else:
-            rec.itl.append(now - last_event)
+            rec.ttft = elapsed
         rec.tokens = update.tokens
-    rec.e2e = now - sent
+        rec.trace.append((round(elapsed, 6), rec.tokens))
+    rec.e2e = elapsed
     if update.finished:
         rec.finish_reason = update.finish_reason
         rec.accept_length = update.accept_length

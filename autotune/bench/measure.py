@@ -3,18 +3,23 @@
 Levels run in order of concurrency, single stream first, so a caller can stop a clearly worse config after the
 cheap early stages (``on_level`` may raise ``optuna.TrialPruned``). Repeats continue until the 95% confidence
 interval of the caller's objective is within the tolerance, or the repeat cap is hit.
+
+Confidence intervals come from the spread between requests, pooled over repeats: a single-stream figure is a mean
+of per-request decode speeds; a concurrent throughput with c requests always in flight is, by Little's law,
+c x tokens / mean end-to-end latency, so its relative interval is that of the mean latency.
 """
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import httpx
 
 from autotune.bench.client import RequestRecord, stream_one
-from autotune.bench.stats import ci95, mean, percentile
+from autotune.bench.stats import mean, percentile, relative_half_width
 from autotune.bench.workload import PromptStream
 from autotune.engines import Engine
 from autotune.errors import TrialFailure
@@ -30,7 +35,8 @@ STALL_TIMEOUT = 30.0
 class LevelResult:
     concurrency: int
     records: list[RequestRecord]
-    wall: float                     # seconds from the first request sent to the last one finished
+    wall: float = 0.0               # seconds from the first request sent to the last one finished
+    full_load: float = 0.0          # seconds from the first request sent until the last one was sent
 
     @property
     def ok(self) -> list[RequestRecord]:
@@ -38,13 +44,20 @@ class LevelResult:
 
     @property
     def output_tok_s(self) -> float:
+        """Output tokens per second while the level had all its requests in flight.
+
+        The window ends when the last request is sent: up to then ``concurrency`` requests are always in flight;
+        after it the load tails off as they finish, which says nothing about the config at this concurrency.
+        """
+        if self.full_load > 0:
+            return sum(r.tokens_by(self.full_load) for r in self.ok) / self.full_load
         return sum(r.tokens for r in self.ok) / self.wall if self.wall > 0 else 0.0
 
 
 @dataclass
 class Measurement:
     repeats: list[list[LevelResult]] = field(default_factory=list)   # repeat -> levels, single stream first
-    values: list[float] = field(default_factory=list)                # the objective of each repeat
+    precision: float | None = None   # relative half-width of the objective's 95% interval after the last repeat
 
     @property
     def concurrencies(self) -> list[int]:
@@ -70,10 +83,10 @@ class Measurement:
             "requests": len(records),
             "errors": len(records) - len(ok),
             "output_tok_s": mean(throughputs),
-            "output_tok_s_ci": _ci(throughputs),
+            "output_tok_s_rel_ci": relative_half_width([r.e2e for r in ok if r.e2e is not None]),
             "decode_tok_s": mean(decode),
             "decode_tok_s_p50": percentile(decode, 50),
-            "decode_tok_s_ci": _ci(decode),
+            "decode_tok_s_rel_ci": relative_half_width(decode),
             "accept_length": (sum(r.tokens for r in verified) / sum(r.verify_steps for r in verified))
             if verified else None,
         }
@@ -84,11 +97,6 @@ class Measurement:
 
     def records(self) -> list[dict[str, Any]]:
         return [dict(r.to_json(), repeat=i) for i, rep in enumerate(self.repeats) for lv in rep for r in lv.records]
-
-
-def _ci(values: list[float]) -> list[float] | None:
-    ci = ci95(values)
-    return None if ci is None else [ci[0] - ci[1], ci[0] + ci[1]]
 
 
 class Bench:
@@ -126,17 +134,18 @@ class Bench:
     def run(
         self,
         on_level: Callable[[int, int, Measurement], None] | None = None,
-        value_of: Callable[[list[LevelResult]], float] | None = None,
+        precision_of: Callable[[Measurement], float | None] | None = None,
     ) -> Measurement:
         """Warm up, then measure every level, repeating as the workload asks.
 
-        ``on_level(step, concurrency, measurement)`` runs after each level of the first repeat; ``value_of`` turns
-        one repeat's levels into the objective whose confidence interval decides whether to repeat.
+        ``on_level(step, concurrency, measurement)`` runs after each level of the first repeat; ``precision_of``
+        gives the relative half-width of the objective's 95% interval from what is measured so far, and decides
+        whether to repeat (without it, the workload's min_repeats are run).
         """
-        return asyncio.run(self._run(on_level, value_of))
+        return asyncio.run(self._run(on_level, precision_of))
 
     async def _run(self, on_level: Callable[[int, int, Measurement], None] | None,
-                   value_of: Callable[[list[LevelResult]], float] | None) -> Measurement:
+                   precision_of: Callable[[Measurement], float | None] | None) -> Measurement:
         w = self.workload
         m = self.measurement = Measurement()
         limits = httpx.Limits(max_connections=max(self.levels) + 4, max_keepalive_connections=max(self.levels) + 4)
@@ -144,21 +153,22 @@ class Bench:
         async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, limits=limits,
                                      timeout=timeout) as client:
             if w.warmup:
-                await self._level(client, LevelResult(1, [], 0.0), w.warmup)
+                await self._level(client, LevelResult(1, []), w.warmup)
             for repeat in range(w.max_repeats):
                 results: list[LevelResult] = []
                 m.repeats.append(results)
                 for step, c in enumerate(self.levels):
                     await self._flush(client)
-                    level = LevelResult(c, [], 0.0)
+                    level = LevelResult(c, [])
                     results.append(level)
-                    await self._level(client, level, max(w.requests, c))
+                    await self._level(client, level, w.requests if c == 1 else max(w.requests, 2 * c))
                     self._judge(level)
                     if repeat == 0 and on_level is not None:
                         on_level(step, c, m)
-                if value_of is not None:
-                    m.values.append(value_of(results))
-                if repeat + 1 >= w.min_repeats and (value_of is None or _precise(m.values, w.tolerance)):
+                if precision_of is not None:
+                    m.precision = precision_of(m)
+                if repeat + 1 >= w.min_repeats and (precision_of is None or
+                                                    (m.precision is not None and m.precision <= w.tolerance)):
                     break
         return m
 
@@ -183,6 +193,8 @@ class Bench:
         async def worker() -> None:
             while queue:
                 prompt = queue.pop()
+                if not queue:
+                    level.full_load = time.perf_counter() - t0
                 records.append(await stream_one(
                     client, self.engine, prompt, w.max_tokens, w.temperature, concurrency, t0,
                     first_token_timeout=w.request_timeout, stall_timeout=min(STALL_TIMEOUT, w.request_timeout)))
@@ -213,8 +225,3 @@ class Bench:
         reason = "stalled" if stalled else "errors"
         raise TrialFailure(reason, f"{len(failed)} of {len(result.records)} requests failed at concurrency "
                                    f"{result.concurrency}: {example}")
-
-
-def _precise(values: list[float], tolerance: float) -> bool:
-    ci = ci95(values)
-    return ci is not None and ci[0] != 0 and ci[1] / abs(ci[0]) <= tolerance

@@ -1,9 +1,17 @@
 """Serving engines: one module per engine behind ``Engine`` (base.py)."""
 from __future__ import annotations
 
-from autotune.engines.base import ArgValue, Args, Engine, GenerationRequest, ServerInfo, StreamUpdate, config_key
+from autotune.engines.base import (
+    Args,
+    ArgValue,
+    Engine,
+    GenerationRequest,
+    ServerInfo,
+    StreamUpdate,
+    config_key,
+)
 
-__all__ = ["ArgValue", "Args", "Engine", "GenerationRequest", "ServerInfo", "StreamUpdate", "config_key", "get_engine", "ENGINES"]
+__all__ = ["ENGINES", "ArgValue", "Args", "Engine", "GenerationRequest", "ServerInfo", "StreamUpdate", "config_key", "get_engine"]
 
 ENGINES = ("sglang", "llamacpp")
 

@@ -15,18 +15,21 @@ The rules below follow that server's own source (common/arg.cpp, common/speculat
 * ``-md`` without a draft type: the server loads the draft model, finds no type to use it for and frees it: no
   speculation. The draft model drops out of the effective config.
 * ``--spec-draft-n-min`` > ``--spec-draft-n-max``: the server accepts it but discards every draft (a draft is cut to
-  n-max tokens, then dropped when shorter than n-min): rejected. ``--spec-draft-n-max 0`` still drafts one token
-  (the draft loop stops *after* the first token), so it is the same config as 1. ``--spec-draft-p-min`` outside
-  [0, 1]: below 0 is the same as 0, above 1 never drafts: rejected.
+  n-max tokens, then dropped when shorter than n-min): rejected. ``--spec-draft-n-max 0`` is accepted at
+  start, then the first request aborts the server (``GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max)
+  failed``): rejected. ``--spec-draft-p-min`` outside [0, 1]: below 0 is the same as 0, above 1 never drafts:
+  rejected.
 * A bad flag or value makes the server print ``error while handling argument "--x": ...`` or
   ``error: invalid argument: --x`` and exit with status 1 (not 2).
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any
 
 import httpx
 
@@ -63,15 +66,19 @@ def cached_model() -> Path | None:
 # flag spelling
 
 #: every single-dash spelling llama.cpp's common/arg.cpp defines (others are written with two dashes)
-SHORT_FLAGS = frozenset(
-    "C Cb Cbd Cd Cr Crb Crbd Crd a ag b bf bs c cb cl cmoe cmoed cms cnv co cram ctk ctkd ctv ctvd ctxcp "
-    "decay-epochs dev devd dr dt e epochs f fa fit fitc fitp fitt gan gaw h hf hfd hff hfr hfrd hft i if j jf "
-    "kvo kvu l lcd lcs lm lr lr-min lv lzm m md mg mli mm mmdev mmu mu n ncffn ncmoe ncmoed ngl ngld nkvo "
-    "no-ag no-cnv no-kvu nocb np npl npp nr ns ntg o ofreq opt ot otd p pps ptc r rea s sm sp sps st sys sysf "
-    "t tb tbd td tgs to ts ub v val-split wd".split()
-)
+SHORT_FLAGS = frozenset((
+    "C", "Cb", "Cbd", "Cd", "Cr", "Crb", "Crbd", "Crd", "a", "ag", "b", "bf", "bs", "c", "cb", "cl", "cmoe",
+    "cmoed", "cms", "cnv", "co", "cram", "ctk", "ctkd", "ctv", "ctvd", "ctxcp", "decay-epochs", "dev", "devd", "dr",
+    "dt", "e", "epochs", "f", "fa", "fit", "fitc", "fitp", "fitt", "gan", "gaw", "h", "hf", "hfd", "hff", "hfr",
+    "hfrd", "hft", "i", "if", "j", "jf", "kvo", "kvu", "l", "lcd", "lcs", "lm", "lr", "lr-min", "lv", "lzm", "m",
+    "md", "mg", "mli", "mm", "mmdev", "mmu", "mu", "n", "ncffn", "ncmoe", "ncmoed", "ngl", "ngld", "nkvo", "no-ag",
+    "no-cnv", "no-kvu", "nocb", "np", "npl", "npp", "nr", "ns", "ntg", "o", "ofreq", "opt", "ot", "otd", "p", "pps",
+    "ptc", "r", "rea", "s", "sm", "sp", "sps", "st", "sys", "sysf", "t", "tb", "tbd", "td", "tgs", "to", "ts", "ub",
+    "v", "val-split", "wd"
+))
 
-#: spellings of the same llama-server option (first = the name resolve() uses when it adds a default)
+#: spellings of the same llama-server option (first = the name resolve() uses when it adds a default; the draft
+#: knobs are always written under it)
 _ALIASES: dict[str, tuple[str, ...]] = {
     "spec-type": ("spec-type",),
     "n-max": ("spec-draft-n-max",),
@@ -179,7 +186,11 @@ def _spec_type_str(types: tuple[str, ...]) -> str:
 class LlamaCpp(Engine):
     kind = "llamacpp"
     #: 503 {"error": {"message": "Loading model", ...}} while loading, 200 {"status": "ok"} once it serves
-    readiness_path = "/health"
+    readiness_paths = ("/health",)
+    port_flag = "port"
+    #: "port_busy" first: a port taken by another process is nobody's config's fault (health.py maps a kind it
+    #: does not know to "crashed"; see the note in fatal_reason)
+    fatal_kinds = ("port_busy", "oom", "invalid_args", "crashed")
 
     # -- config rules --------------------------------------------------------------------------------------------
 
@@ -199,12 +210,13 @@ class LlamaCpp(Engine):
         needs_md = [t for t in types if t in _NEEDS_DRAFT_MODEL]
         if needs_md and not has_md:
             raise InvalidConfig(
-                f"spec-type {needs_md[0]} needs a draft model (-md); without one llama-server serves without speculation"
+                f"spec-type {needs_md[0]} needs a draft model (-md); "
+                "without one llama-server serves without speculation"
             )
         drafting = any(t in _DRAFT_TYPES for t in types)
         found = {key: _find(args, key) for key in _DRAFT_KNOBS}
         if not drafting:
-            for key, (name, _) in found.items():
+            for name, _ in found.values():
                 if name is not None:
                     del out[name]
             if md_name is not None:
@@ -222,8 +234,11 @@ class LlamaCpp(Engine):
             n_min = _int("spec-draft-n-min", vals["n-min"])
             p_min = _float("spec-draft-p-min", vals["p-min"])
             if n_max < 0:
-                raise InvalidConfig(f"spec-draft-n-max must be >= 0, got {n_max} (llama-server: invalid value)")
-            n_max = max(n_max, 1)   # n-max 0 still drafts one token
+                raise InvalidConfig(f"spec-draft-n-max must be >= 1, got {n_max} (llama-server: invalid value)")
+            if n_max == 0:
+                # accepted at start, then the first drafted request aborts the server:
+                # "llama-context.cpp:2273: GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max) failed"
+                raise InvalidConfig("spec-draft-n-max must be >= 1, got 0 (llama-server aborts at its first request)")
             if n_min < 0:
                 raise InvalidConfig(f"spec-draft-n-min must be >= 0, got {n_min}")
             if n_min > n_max:
@@ -232,11 +247,15 @@ class LlamaCpp(Engine):
                 )
             if not 0.0 <= p_min <= 1.0:
                 raise InvalidConfig(f"spec-draft-p-min must be within [0, 1], got {p_min}")
-            out[found["n-max"][0]] = n_max
-            out[found["n-min"][0]] = n_min
-            out[found["p-min"][0]] = p_min
+            # under llama-server's primary spelling, so "draft-p-min 0.0" and the default made explicit are one key
+            for name, _ in found.values():
+                if name is not None:
+                    out.pop(name, None)
+            out["spec-draft-n-max"] = n_max
+            out["spec-draft-n-min"] = n_min
+            out["spec-draft-p-min"] = p_min
             if "p-split" in vals:
-                out[found["p-split"][0]] = _float("spec-draft-p-split", vals["p-split"])
+                out["spec-draft-p-split"] = _float("spec-draft-p-split", vals["p-split"])
 
         # per-type ngram knobs: only their own type reads them
         for key, (owner, default) in _TYPE_KNOBS.items():
@@ -247,8 +266,10 @@ class LlamaCpp(Engine):
                 continue
             v = default if name is None else _int(_ALIASES[key][0], value)
             low = 0 if key in ("ngram-mod-n-max", "ngram-mod-n-min") else 1
-            if not low <= v <= 1024:
-                raise InvalidConfig(f"{_ALIASES[key][0]} must be within [{low}, 1024], got {v}")
+            high = None if key.endswith("min-hits") else 1024
+            if v < low or (high is not None and v > high):
+                bounds = f"within [{low}, {high}]" if high is not None else f">= {low}"
+                raise InvalidConfig(f"{_ALIASES[key][0]} must be {bounds}, got {v} (llama-server: invalid value)")
             out[name or _ALIASES[key][0]] = v
         for owner, lo_key, hi_key in (("ngram-mod", "ngram-mod-n-min", "ngram-mod-n-max"),):
             if owner in types:
@@ -281,28 +302,42 @@ class LlamaCpp(Engine):
 
     # -- failures ------------------------------------------------------------------------------------------------
 
+    #: llama-server's fatal log lines (all seen from this build), first match wins; the generic
+    #: "exiting due to model loading error" that ends both a missing model and an out-of-memory start is left out
+    #: on purpose: the specific line before it names the cause
     _FATAL: tuple[tuple[re.Pattern[str], str], ...] = tuple(
         (re.compile(p), reason)
         for p, reason in (
-            # port already taken: not the config's fault
+            # "E srv start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 18092": not the config's fault
             (r"couldn't bind HTTP server socket|couldn't start HTTP listener|Address already in use", "port_busy"),
-            # memory: weights, KV cache or compute buffers
-            (r"failed to allocate|unable to allocate|cannot allocate memory|std::bad_alloc|out of memory"
-             r"|failed to create_context|failed to initialize the context", "oom_startup"),
-            # argument parsing (exit status 1)
+            # "E ggml_aligned_malloc: insufficient memory (attempted to allocate 2197265.62 MB)",
+            # "E ggml_backend_cpu_buffer_type_alloc_buffer: failed to allocate buffer of size ...",
+            # "E llama_init_from_model: failed to initialize the context: failed to allocate buffer for kv cache",
+            # "E srv load_model: failed to create_context with model '...'"
+            (r"insufficient memory|failed to allocate|unable to allocate|cannot allocate memory|std::bad_alloc"
+             r"|out of memory|failed to create_context|failed to create context"
+             r"|failed to initialize the context", "oom"),
+            # argument parsing, exit status 1: 'error while handling argument "--spec-draft-n-max": invalid value',
+            # "error: invalid argument: --no-such-flag", '... "--draft-max": the argument has been removed. ...'
             (r"error while handling argument|error: invalid argument|the argument has been removed"
              r"|unknown speculative type|expected value for argument|error: --model is required"
              r"|error while handling environment variable", "invalid_args"),
-            # a model or draft model that cannot be read (missing file, not GGUF)
+            # a model or draft model that cannot be read: "E gguf_init_from_file: failed to open GGUF file
+            # '/tmp/nope.gguf' (No such file or directory)", "E llama_model_load: error loading model: ...",
+            # "E srv load_model: failed to load model, '/tmp/nope.gguf'"
             (r"failed to open GGUF file|gguf_init_from_file\w*: failed|error loading model|failed to load model"
-             r"|failed to load draft model|exiting due to model loading error", "invalid_args"),
-            # a crash: ggml assertion/abort, uncaught exception, fatal signal
+             r"|failed to load draft model", "invalid_args"),
+            # the server keeps running but without the requested speculation ("E srv load_model: failed to
+            # initialize speculative decoding context: draft-simple requires a draft context"): not what was asked
+            (r"failed to initialize speculative decoding context|draft model vocab type must match", "invalid_args"),
+            # a crash: ggml assertion/abort (prints a backtrace), uncaught exception, fatal signal as a shell reports it
             (r"GGML_ASSERT\(|GGML_ABORT|ggml_abort|terminate called after throwing|Segmentation fault"
              r"|SIGSEGV|SIGABRT|core dumped|Illegal instruction", "crashed"),
         )
     )
 
     def fatal_reason(self, line: str) -> str | None:
+        """One of ``fatal_kinds`` for a fatal llama-server log line, else None."""
         for pattern, reason in self._FATAL:
             if pattern.search(line):
                 return reason
@@ -351,9 +386,11 @@ class LlamaCpp(Engine):
         return ServerInfo(
             applied=applied,
             max_running_requests=n_slots if isinstance(n_slots, int) else None,
-            # per-slot context is what one request can use; with a split (non-unified) KV cache the total is
-            # n_slots x that, with a unified cache each slot may use all of it
-            max_total_num_tokens=slot_ctx if isinstance(slot_ctx, int) else None,
+            # the KV cells of all slots: llama-server splits -c evenly over -np slots (kv_unified 'false', the
+            # default with an explicit -np), so the total is slots x per-slot context. With --kv-unified (or -np
+            # auto) every slot reports the whole pool and this overcounts; the log (capacity_from_log) is exact.
+            max_total_num_tokens=slot_ctx * n_slots
+            if isinstance(slot_ctx, int) and isinstance(n_slots, int) else None,
             raw={"props": props, "slots": slots},
         )
 
@@ -376,7 +413,7 @@ class LlamaCpp(Engine):
         if "error" in payload:
             err = payload["error"]
             msg = err.get("message") if isinstance(err, dict) else str(err)
-            return StreamUpdate(finished=True, finish_reason="error", error=str(msg or err))
+            return StreamUpdate(finished=True, error=str(msg or err))
         tokens = payload.get("tokens_predicted")
         tokens = int(tokens) if isinstance(tokens, (int, float)) else None
         if not payload.get("stop"):
@@ -407,14 +444,13 @@ class LlamaCpp(Engine):
         )
 
     def capacity_from_log(self, text: str) -> dict[str, int]:
-        out: dict[str, int] = {}
-        m = None
-        for m in re.finditer(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)", text):
-            pass
-        if m:
-            out["max_running_requests"] = int(m.group(1))
-            out["max_total_num_tokens"] = int(m.group(2))
-        return out
+        # "I srv load_model: initializing, n_slots = 2, n_ctx_slot = 1024, kv_unified = 'false'"
+        found = re.findall(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)(?:, kv_unified = '(\w+)')?", text)
+        if not found:
+            return {}
+        slots, per_slot, unified = found[-1]
+        total = int(per_slot) if unified == "true" else int(per_slot) * int(slots)
+        return {"max_running_requests": int(slots), "max_total_num_tokens": total, "n_ctx_slot": int(per_slot)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -441,7 +477,5 @@ def _slot_types(slots: list[dict[str, Any]]) -> str | None:
 
 
 def _one_token(client: httpx.Client) -> None:
-    try:
+    with contextlib.suppress(httpx.HTTPError):
         client.post("/completion", json={"prompt": "Hi", "n_predict": 1, "cache_prompt": False}, timeout=60)
-    except httpx.HTTPError:
-        pass

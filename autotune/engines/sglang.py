@@ -7,7 +7,8 @@ reject are never deployed and configs it would rewrite to the same thing are mea
 from __future__ import annotations
 
 import re
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 import httpx
 

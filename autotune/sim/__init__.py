@@ -76,8 +76,10 @@ at the profile's ``reference_tp`` unless said otherwise; times are milliseconds 
 ``[memory]``
     ``weights_gb`` (GiB, all ranks together, split evenly over tp), ``draft_weights_gb`` (GiB, likewise).
     ``kv_bytes_per_token`` (bytes per token per GPU for K+V of the target's attention layers),
-    ``draft_kv_bytes_per_token`` (the draft layers' share; a token's cell is the sum, so a draft shrinks capacity).
-    ``mamba_state_mb`` (MiB per request per GPU of recurrent state; 0 for none) and ``mamba_full_memory_ratio``
+    ``draft_kv_bytes_per_token`` (the draft layers' share; a token's cell is the sum, so a draft shrinks capacity);
+    both are bf16 figures, halved by --kv-cache-dtype fp8_e4m3/fp8_e5m2.
+    ``mamba_state_mb`` (MiB per request per GPU of recurrent state; 0 for none; halved by --mamba-ssm-dtype
+    bfloat16 when ``mamba_ssm_dtype`` (default "float32") is the checkpoint's SSM dtype) and ``mamba_full_memory_ratio``
     (SGLang's default 0.9): the state pool gets ratio / (1 + ratio) of the KV budget and is solved jointly with its
     per-draft-token intermediate states, max_mamba_cache_size = (budget - s(1 + D)) / (s(1 + D/3)); running requests
     are capped at max_mamba_cache_size // 3 (so more draft tokens D, fewer requests).

@@ -21,7 +21,7 @@ from autotune.sim.flags_table import FLAGS
 from autotune.sim.profile import DEFAULT_PROFILE, Profile
 
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE")
-KNOWN_ALGORITHMS = EAGLE_FAMILY + ("NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP", "NEXTN")
+KNOWN_ALGORITHMS = (*EAGLE_FAMILY, "NGRAM", "DFLASH", "DSPARK", "UNO", "FROZEN_KV_MTP", "NEXTN")
 PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
@@ -216,6 +216,8 @@ def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> 
         disable_cuda_graph=bool(fields["disable_cuda_graph"]),
         context_length=fields["context_length"],
         disable_radix_cache=bool(fields["disable_radix_cache"]),
+        kv_cache_dtype=fields["kv_cache_dtype"],
+        mamba_ssm_dtype=fields["mamba_ssm_dtype"],
     )
     chunked = config.chunked_prefill_size or model.default_chunked_prefill_size(profile)
     graph_max_bs = model.default_cuda_graph_max_bs(profile, config)

@@ -22,7 +22,8 @@ _FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
     ],
     "kv": [
         ("srt/managers/scheduler.py", 633, "__init__", "self.init_model_worker()"),
-        ("srt/model_executor/model_runner.py", 1491, "init_memory_pool", "config = self.kv_cache_configurator.configure("),
+        ("srt/model_executor/model_runner.py", 1491, "init_memory_pool",
+         "config = self.kv_cache_configurator.configure("),
         ("srt/mem_cache/kv_cache_configurator.py", 3183, "_resolve_memory_pool_config",
          "config = self.config_from_budget(available_bytes)"),
     ],
@@ -72,7 +73,7 @@ def traceback_text(phase: str, exception: str, cause: str | None = None) -> str:
         for file, line, func, code in frames:
             lines.append(f'  File "{SGLANG_ROOT}/{file}", line {line}, in {func}')
             lines.append(f"    {code}")
-        return lines + [last]
+        return [*lines, last]
 
     lines = []
     if cause is not None:
@@ -112,6 +113,11 @@ def die(launcher: logging.Logger, scheduler: logging.Logger, phase: str, excepti
         launcher.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
     else:
         launcher.error("Received sigquit from a child process. It usually means the child failed.")
+    kill_process_tree(launcher)
+
+
+def kill_process_tree(launcher: logging.Logger) -> None:
+    """SGLang's kill_process_tree(os.getpid()): log it, then SIGKILL ourselves (exit status -9)."""
     pid = os.getpid()
     launcher.info(f"kill_process_tree called: parent_pid={pid}, include_parent=True, pid={pid}")
     sys.stdout.flush()

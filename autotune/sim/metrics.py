@@ -123,7 +123,7 @@ def _sample(name: str, labels: dict[str, str], value: float) -> str:
 
 def _histogram(out: list[str], name: str, labels: dict[str, str], hist: Histogram) -> None:
     running = 0
-    for bound, count in zip(hist.buckets + [float("inf")], hist.counts):
+    for bound, count in zip([*hist.buckets, float("inf")], hist.counts, strict=False):
         running += count
         le = "+Inf" if bound == float("inf") else str(float(bound))
         out.append(_sample(f"{name}_bucket", {**labels, "le": le}, running))

@@ -63,10 +63,17 @@ class Config:
     disable_cuda_graph: bool = False
     context_length: int | None = None
     disable_radix_cache: bool = False
+    kv_cache_dtype: str = "auto"
+    mamba_ssm_dtype: str | None = None
 
     @property
     def width(self) -> int:
         return self.spec.draft if self.spec else 1
+
+    @property
+    def kv_scale(self) -> float:
+        """FP8 KV cache (--kv-cache-dtype fp8_*) halves the bytes per token of the bf16 profile figures."""
+        return 0.5 if self.kv_cache_dtype.startswith("fp8") else 1.0
 
 
 # ---------------------------------------------------------------------------------------------- acceptance
@@ -113,7 +120,7 @@ def tree_allocation(profile: Profile, spec: Spec) -> list[int]:
 
 def _expected_length(qs: list[float], alloc: list[int], gain: float) -> float:
     length, reach = 1.0, 1.0
-    for q, m in zip(qs, alloc):
+    for q, m in zip(qs, alloc, strict=False):
         reach *= _coverage(q, m, gain)
         length += reach
     return length
@@ -283,7 +290,7 @@ def default_mem_fraction_static(profile: Profile, cfg: Config, chunked: int, gra
 def capture_batch_sizes(cfg: Config, max_bs: int, pool: int) -> list[int]:
     """SGLang's decode CUDA-graph batch sizes, clipped to the request pool."""
     if cfg.spec is None:
-        sizes = [1, 2, 4, 8, 12] + list(range(16, 257, 8)) + list(range(272, 512, 16))
+        sizes = [1, 2, 4, 8, 12, *list(range(16, 257, 8)), *list(range(272, 512, 16))]
         sizes += list(range(512, max_bs + 1, 32))
     else:
         sizes = list(range(1, 9)) + list(range(10, 33, 2)) + list(range(40, 65, 4))
@@ -338,7 +345,7 @@ def memory_plan(profile: Profile, cfg: Config) -> MemoryPlan:
         if err:
             plan.error_phase, plan.error = "kv", err
             return plan
-    cell = mem.kv_bytes_per_token + (mem.draft_kv_bytes_per_token if cfg.spec else 0)
+    cell = (mem.kv_bytes_per_token + (mem.draft_kv_bytes_per_token if cfg.spec else 0)) * cfg.kv_scale
     tokens = int(rest_bytes // cell)
     if cfg.max_total_tokens is not None:
         tokens = min(tokens, cfg.max_total_tokens)
@@ -351,8 +358,8 @@ def memory_plan(profile: Profile, cfg: Config) -> MemoryPlan:
             f"Current value: mem_fraction_static={frac}"
         )
         return plan
-    plan.kv_gb = tokens * mem.kv_bytes_per_token / GIB
-    plan.draft_kv_gb = tokens * (mem.draft_kv_bytes_per_token if cfg.spec else 0) / GIB
+    plan.kv_gb = tokens * mem.kv_bytes_per_token * cfg.kv_scale / GIB
+    plan.draft_kv_gb = tokens * (mem.draft_kv_bytes_per_token if cfg.spec else 0) * cfg.kv_scale / GIB
     context = cfg.context_length or profile.model.context_length
     if requested is not None:
         per_worker = max(1, requested // cfg.dp)
@@ -386,6 +393,8 @@ def _size_mamba(profile: Profile, cfg: Config, plan: MemoryPlan, rest_bytes: flo
     """SGLang's joint solve of the mamba state pool; returns (bytes left for KV, request cap, error)."""
     mem = profile.memory
     per_req = mem.mamba_state_mb * (1 << 20) * profile.timing.reference_tp / cfg.tp
+    if mem.mamba_ssm_dtype == "float32" and cfg.mamba_ssm_dtype in ("bfloat16", "float16"):
+        per_req /= 2  # SGLang's own advice: "halve the state size with --mamba-ssm-dtype bfloat16"
     ratio = 1 if cfg.disable_radix_cache else MAMBA_SLOTS_PER_REQUEST
     budget = rest_bytes * mem.mamba_full_memory_ratio / (1 + mem.mamba_full_memory_ratio)
     if cfg.spec is not None:

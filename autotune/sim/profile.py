@@ -51,6 +51,7 @@ class Memory:
     draft_weights_gb: float = 0.0
     draft_kv_bytes_per_token: int = 0
     mamba_state_mb: float = 0.0
+    mamba_ssm_dtype: str = "float32"
     mamba_full_memory_ratio: float = 0.9
     activation_gb: float = 4.0
     graph_base_gb: float = 0.5

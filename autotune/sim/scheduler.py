@@ -272,16 +272,11 @@ class Scheduler:
         return batch
 
     def _cached_prefix(self, ids: list[int]) -> int:
-        if self.config.disable_radix_cache:
+        """Tokens of ``ids`` already in the radix cache (the longest prefix shared with a cached prompt)."""
+        if self.config.disable_radix_cache or not ids:
             return 0
-        best = 0
-        for cached in self.prefix_cache:
-            n = 0
-            for a, b in zip(cached, ids):
-                if a != b:
-                    break
-                n += 1
-            best = max(best, n)
+        key = tuple(ids)
+        best = max((_common_prefix(cached, key) for cached in self.prefix_cache if cached[0] == key[0]), default=0)
         # The last prompt token is always recomputed to produce the first output token.
         return min(best, len(ids) - 1) // self.config.page_size * self.config.page_size
 
@@ -304,6 +299,8 @@ class Scheduler:
             take = min(req.prompt_tokens - req.prefilled, max(budget, 1))
             req.prefilled += take
             budget -= take
+            if req.finished:  # aborted by its client during this forward
+                continue
             if req.prefilled < req.prompt_tokens:
                 chunked.append(req)
                 continue
@@ -318,7 +315,8 @@ class Scheduler:
         self.last_prefill_log = now
         self.log.info(
             f"Prefill batch, #new-seq: {len(batch)}, #new-token: {self._pending_new}, #cached-token: {cached}, "
-            f"{self._usage_parts(prefill=True)}#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, "
+            f"{self._usage_parts(self.used_tokens(), len(self.running), prefill=True)}"
+            f"#running-req: {len(self.running)}, #queue-req: {len(self.waiting)}, "
             f"#pending-token: 0, cuda graph: False, input throughput (token/s): "
             f"{self._pending_new / gap if gap > 0 else 0.0:.2f}"
         )
@@ -333,6 +331,7 @@ class Scheduler:
     def _finish_decode(self, end: float) -> None:
         now = time.monotonic()
         spec = self.config.spec
+        batch, used = len(self.running), self.used_tokens()
         for req in list(self.running):
             if spec is not None:
                 accepted = self._accepted(req)
@@ -349,7 +348,7 @@ class Scheduler:
                 self.running.remove(req)
         self.forward_ct_decode += 1
         if self.forward_ct_decode % self.decode_log_interval == 0:
-            self._decode_log(now)
+            self._decode_log(now, batch, used)
         self._after_tokens()
 
     def _emit(self, req: Request, count: int, now: float) -> None:
@@ -415,11 +414,10 @@ class Scheduler:
 
     # ----------------------------------------------------------------------------------------------- logs
 
-    def _usage_parts(self, prefill: bool = False) -> str:
-        used = self.used_tokens()
+    def _usage_parts(self, used: int, running: int, prefill: bool = False) -> str:
         usage = used / max(self.plan.max_total_num_tokens * self.config.dp, 1)
         if self.profile.model.hybrid_linear_attention and self.plan.mamba_cache_size:
-            mamba_used = len(self.running)
+            mamba_used = running
             mamba_usage = mamba_used / max(self.plan.mamba_cache_size * self.config.dp, 1)
             if prefill:
                 return f"full token usage: {usage:.2f}, mamba usage: {mamba_usage:.2f}, "
@@ -429,12 +427,12 @@ class Scheduler:
             return f"token usage: {usage:.2f}, "
         return f"#token: {used}, token usage: {usage:.2f}, "
 
-    def _decode_log(self, now: float) -> None:
+    def _decode_log(self, now: float, batch: int, used: int) -> None:
         gap = now - self.last_decode_log
         self.last_decode_log = now
         self.last_gen_throughput = self.num_generated_tokens / gap if gap > 0 else 0.0
         self.num_generated_tokens = 0
-        msg = f"Decode batch, #running-req: {len(self.running)}, {self._usage_parts()}"
+        msg = f"Decode batch, #running-req: {batch}, {self._usage_parts(used, batch)}"
         spec = self.config.spec
         if spec is not None:
             length = self.spec_accept_tokens / self.spec_forward_ct if self.spec_forward_ct else 0.0
@@ -473,6 +471,18 @@ class Scheduler:
         if self.noise <= 0:
             return 1.0
         return 1.0 + 0.5 * self.noise * _clipped_gauss(self.rng)
+
+
+def _common_prefix(a: tuple[int, ...], b: tuple[int, ...]) -> int:
+    """Length of the common prefix, by bisection on slice equality (C speed even for long prompts)."""
+    lo, hi = 0, min(len(a), len(b))
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if a[:mid] == b[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
 
 
 def _clipped_gauss(rng: random.Random) -> float:

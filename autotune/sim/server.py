@@ -24,9 +24,13 @@ VERSION = "0.5.23"
 DEFAULT_MAX_NEW_TOKENS = 128
 # SGLang re-checks a waiting non-streaming request for a client disconnect at this interval.
 DISCONNECT_POLL_S = 4.0
-# A stream sends at most one chunk per this many real seconds. SGLang streams every decode step; at speedup 1
-# steps are slower than this, while under --sim-speedup it coalesces steps so that HTTP keeps up.
+# SGLang streams one chunk per decode step. Under --sim-speedup steps come faster than a Python HTTP stack (and
+# its client) can frame them, so streams then coalesce steps: each sends at most one chunk per 2 ms, and all
+# streams together about CHUNK_RATE_BUDGET chunks per second. Token counts and timestamps stay exact.
 MIN_CHUNK_INTERVAL_S = 0.002
+CHUNK_RATE_BUDGET = 2000.0
+# Endpoints SGLang marks ADMIN_OPTIONAL: --admin-api-key guards them when set, else --api-key.
+ADMIN_PATHS = ("/flush_cache", "/freeze_gc", "/set_internal_state")
 
 
 @dataclasses.dataclass
@@ -43,6 +47,7 @@ class State:
     scheduler_log: logging.Logger
     startup_time: dict[str, Any]
     status: str = "Starting"
+    open_streams: int = 0
 
     @property
     def fields(self) -> dict[str, Any]:
@@ -89,8 +94,6 @@ class ApiKeyMiddleware:
         scheme, _, token = header.partition(" ")
         return scheme.lower() == "bearer" and secrets.compare_digest(token, key)
 
-
-ADMIN_PATHS = ("/flush_cache", "/freeze_gc", "/set_internal_state")
 
 
 def server_info(state: State) -> dict[str, Any]:
@@ -240,6 +243,7 @@ async def updates(state: State, req: GenRequest) -> AsyncIterator[GenRequest]:
     """Yield ``req`` after each scheduler output (coalesced if the consumer is slower), until it finishes.
 
     The request is aborted if the consumer stops early (client disconnect)."""
+    state.open_streams += 1
     try:
         while True:
             await req.event.wait()
@@ -247,8 +251,10 @@ async def updates(state: State, req: GenRequest) -> AsyncIterator[GenRequest]:
             yield req
             if req.finished:
                 return
-            await asyncio.sleep(MIN_CHUNK_INTERVAL_S)
+            if state.sim.speedup > 1:
+                await asyncio.sleep(max(MIN_CHUNK_INTERVAL_S, state.open_streams / CHUNK_RATE_BUDGET))
     finally:
+        state.open_streams -= 1
         if not req.finished:
             state.scheduler.abort(req)
 

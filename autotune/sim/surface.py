@@ -38,7 +38,7 @@ def valid_configs(space: dict[str, list[int]] | None = None) -> list[tuple[int, 
                     seen.append((steps, 1, steps + 1))
                 continue
             for draft in space[DRAFT]:
-                if 2 <= draft and draft - 1 <= topk + (steps - 1) * topk * topk:
+                if draft >= 2 and draft - 1 <= topk + (steps - 1) * topk * topk:
                     seen.append((steps, topk, draft))
     return seen
 

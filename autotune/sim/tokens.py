@@ -8,7 +8,17 @@ import zlib
 _PIECE = re.compile(r"\w+|[^\w\s]")
 _MAX_WORD = 6  # long words split into pieces of this many characters, like a BPE vocabulary would
 
-_WORDS = ["the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this", "are", "from", "at", "or", "an", "have", "which", "not", "but", "they", "one", "their", "all", "we", "can", "more", "time", "there", "has", "been", "would", "when", "also", "about", "into", "model", "data", "system", "these", "than", "other", "some", "its", "what", "only", "new", "used", "may", "first", "two", "each", "after", "most", "where", "over", "such", "between", "many", "could", "should", "then", "because", "while", "same", "those", "through", "during", "both", "under", "number", "however", "three", "process", "results", "value", "server", "request", "memory", "token", "batch", "layer", "cache", "speed", "order", "group", "point", "state", "level", "result", "way", "example", "case", "part", "work", "use", "form", "large", "small", "high", "low", "early", "later", "fast", "simple", "clear", "useful", "common"]
+_WORDS = [
+    "the", "of", "and", "to", "in", "is", "that", "for", "it", "as", "with", "was", "on", "be", "by", "this",
+    "are", "from", "at", "or", "an", "have", "which", "not", "but", "they", "one", "their", "all", "we", "can",
+    "more", "time", "there", "has", "been", "would", "when", "also", "about", "into", "model", "data",
+    "system", "these", "than", "other", "some", "its", "what", "only", "new", "used", "may", "first", "two",
+    "each", "after", "most", "where", "over", "such", "between", "many", "could", "should", "then", "because",
+    "while", "same", "those", "through", "during", "both", "under", "number", "however", "three", "process",
+    "results", "value", "server", "request", "memory", "token", "batch", "layer", "cache", "speed", "order",
+    "group", "point", "state", "level", "result", "way", "example", "case", "part", "work", "use", "form",
+    "large", "small", "high", "low", "early", "later", "fast", "simple", "clear", "useful", "common",
+]
 
 
 _SPACED = [" " + w for w in _WORDS]

@@ -14,9 +14,9 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import Callable
 
 from autotune.errors import TrialFailure, UserError
 from autotune.lock import FileLock, holder_description, state_dir

@@ -9,16 +9,21 @@ Remote layout (``DIR`` = ``<workdir>/port-<server_port>``)::
 
 A start runs ``nohup env K=V... python3 -c SUPERVISOR PIDFILE EXITFILE ARGV...`` in the background. The supervisor
 (a few lines of stdlib Python, any python3 >= 3.6 on the target; the system's /usr/bin/python3 is preferred over
-whatever the login PATH offers, which on GPU hosts is often a slow pyenv/conda shim) makes itself a session and process-group leader
-(setsid), writes the pid file, forks and execs ARGV unchanged (no shell ever sees an argument), waits for it and
-writes its exit status (``-N`` when signal N killed it, so a SIGKILLed server is told from one that exited with
-137). It survives SIGTERM so that it can record the status when the group is stopped; only SIGKILL to the whole group
-(the stop after the grace period) ends it without a record, which ``exit_status`` then reports as -9.
+whatever the login PATH offers, which on GPU hosts is often a slow pyenv/conda shim) makes itself a session and
+process-group leader (setsid), writes the pid file, forks and execs ARGV unchanged (no shell ever sees an
+argument), waits for it and writes its exit status (``-N`` when signal N killed it, so a SIGKILLed server is told
+from one that exited with 137). It survives SIGTERM so that it can record the status when the group is stopped;
+only SIGKILL to the whole group (the stop after the grace period) ends it without a record, which ``exit_status``
+then reports as -9.
 
 Stopping kills the process group named by the pid file (TERM, KILL after STOP_GRACE) and waits on the target until
 nothing listens on the port. Because the pid file survives the tuner, a server orphaned by a killed tuner is stopped
 by the next deploy instead of holding the port (and the GPUs). A port held by anything else fails the trial with
 port_busy, naming the holder when the target lets us see it.
+
+The server log reaches the trial's local log file by offset over SFTP: every second in the background (so the file
+is complete, as a local server's is, even while the benchmark runs) and on every ``read_log``. Polls of a running
+deployment are SFTP reads only (exit file, /proc/PGID/stat); no shell runs per poll.
 """
 from __future__ import annotations
 
@@ -34,11 +39,12 @@ from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description
 from autotune.study import TargetSpec
 from autotune.targets.base import Deployment, Target
-from autotune.targets.ssh import READ_LIMIT, RemoteLock, SSHConnection, sh_command
+from autotune.targets.ssh import READ_LIMIT, LogFollower, RemoteLock, SSHConnection, sh_command
 
 STOP_GRACE = 10.0      # seconds between SIGTERM and SIGKILL
 PORT_WAIT = 30.0       # seconds to wait for the port to be released once the group is gone
 LAUNCH_WAIT = 10.0     # seconds to wait for the supervisor to write the pid file
+LOG_FOLLOW_INTERVAL = 1.0  # seconds between background fetches of the server log into the trial's log file
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -256,6 +262,13 @@ class ProcessDeployment(Deployment):
         self.log_path = log_path
         self._offset = 0
         self._status: int | None = None
+        self._generation = conn.generation
+        self._follower = LogFollower(self._fetch_log, log_path, LOG_FOLLOW_INTERVAL, f"pgid-{self.pgid}")
+
+    def reconnected(self) -> bool:
+        """Whether the SSH connection was reopened since this start (requests through the tunnel in flight at
+        that moment failed for the connection's sake, not the server's)."""
+        return self.conn.generation != self._generation
 
     def exit_status(self) -> int | None:
         if self._status is not None:
@@ -269,7 +282,11 @@ class ProcessDeployment(Deployment):
             if status is None:
                 status = -9
         self._status = status
+        self._follower.stop()
         return status
+
+    def stop_following(self) -> None:
+        self._follower.stop()
 
     def _recorded(self) -> int | None:
         data = self.conn.read_bytes(self.exit_file)
@@ -293,17 +310,16 @@ class ProcessDeployment(Deployment):
         return len(fields) > 19 and fields[0] != "Z" and fields[19] == self.start
 
     def read_log(self) -> str:
+        return self._follower.read()
+
+    def _fetch_log(self) -> str:
+        """New whole lines of the remote log since the previous fetch (by offset, over SFTP)."""
         data = self.conn.read_bytes(self.remote_log, offset=self._offset, limit=READ_LIMIT) or b""
         end = data.rfind(b"\n") + 1
         if end == 0 and (len(data) >= READ_LIMIT or self._status is not None):
             end = len(data)  # one huge line, or the unterminated last line of a server that has exited
         chunk = data[:end]
-        if not chunk:
-            return ""
         self._offset += len(chunk)
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "ab") as f:
-            f.write(chunk)
         return chunk.decode("utf-8", "replace")
 
 
@@ -340,6 +356,8 @@ class ProcessTarget(Target):
         bad = [k for k in merged if not _ENV_NAME.match(k)]
         if bad:
             raise TrialFailure("deploy_failed", f"invalid environment variable name {bad[0]!r}")
+        if self.current is not None:
+            self.current.stop_following()
         state = self._stop_recorded()
         if state.get("listening"):
             holder = state.get("holder") or "another process"
@@ -364,7 +382,8 @@ class ProcessTarget(Target):
             f"rm -f {q([self.pid_file])}",
             launch,
             "i=0",
-            f"while [ ! -s {q([self.pid_file])} ] && [ $i -lt {int(LAUNCH_WAIT / 0.05)} ]; do sleep 0.05; i=$((i+1)); done",
+            f"while [ ! -s {q([self.pid_file])} ] && [ $i -lt {int(LAUNCH_WAIT / 0.05)} ]; do "
+            "sleep 0.05; i=$((i+1)); done",
             f"cat {q([self.pid_file])} 2>/dev/null || echo {q([no_start])}",
         ])
         result = self.conn.run(script, timeout=LAUNCH_WAIT + 20, retry=False, what="starting the server")
@@ -382,6 +401,8 @@ class ProcessTarget(Target):
         return self.current
 
     def stop(self) -> None:
+        if self.current is not None:
+            self.current.stop_following()
         self.current = None
         self._stop_recorded()
 
@@ -400,4 +421,6 @@ class ProcessTarget(Target):
         return remote_port_state(self.conn, self.spec, wait)
 
     def close(self) -> None:
+        if self.current is not None:
+            self.current.stop_following()
         self.conn.close()

@@ -8,7 +8,9 @@ Everything a remote target does goes through ``SSHConnection``:
   answering: a timed-out call is followed by a short liveness probe), the connection is reopened with exponential
   backoff for at most ``spec.reconnect_timeout`` seconds and an idempotent call is retried once; when that budget is
   spent the call raises ``TrialFailure("ssh_lost", ...)``. A non-idempotent call (starting a server) is not retried:
-  it raises ssh_lost at once and the next call reconnects.
+  it raises ssh_lost at once and the next call reconnects. A failure of one channel on a connection that still
+  answers (a refused or raced channel open, a closed SFTP session) is retried without dropping the connection, so
+  forwarded requests in flight are never cut by someone else's hiccup.
 * Host keys are checked against ``spec.known_hosts`` and nothing else: an unknown key and a changed key are refused
   with a one-line ``UserError`` that shows the fingerprint and the command to fix it. Nothing is ever added to
   known_hosts by the tuner.
@@ -25,7 +27,6 @@ import json
 import logging
 import os
 import posixpath
-import select
 import shlex
 import socket
 import stat as stat_mod
@@ -33,6 +34,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, TypeVar
 
 import paramiko
@@ -308,7 +310,10 @@ class SSHConnection:
     def call(self, fn: Callable[[paramiko.Transport], T], what: str, *, retry: bool = True) -> T:
         """Run ``fn(transport)``; on a dropped connection reconnect (bounded backoff) and, if ``retry``, run it
         once more. Raises ``TrialFailure("ssh_lost")`` when the connection cannot be had, ``deploy_failed`` when a
-        command outlives its deadline on a live connection."""
+        command outlives its deadline on a live connection.
+
+        A failure of one channel on a connection that still answers (a refused or raced channel open, a closed
+        SFTP session) never drops the connection: port forwards and other channels in use keep working."""
         for attempt in range(2):
             transport = self.transport()
             generation = self.generation
@@ -329,8 +334,14 @@ class SSHConnection:
                                                    f"{self.sftp_timeout:g} s") from None
                 cause = e
             except _LINK_ERRORS as e:
-                if isinstance(e, paramiko.ChannelException) and transport.is_active():
-                    raise TrialFailure("ssh_lost", f"{what}: {self.label} refused a channel: {e}") from None
+                if self._alive(transport):
+                    self._reset_sftp()
+                    # a channel that never opened ran nothing: even a non-idempotent call may try again
+                    if (retry or isinstance(e, _OpenFailed)) and attempt == 0:
+                        log.info("ssh %s: %s failed on a live connection (%s); retrying", self.label, what,
+                                 _describe_error(e))
+                        continue
+                    raise TrialFailure("ssh_lost", f"{what} failed on {self.label}: {_describe_error(e)}") from None
                 cause = e
             except OSError as e:
                 if transport.is_active():
@@ -351,12 +362,19 @@ class SSHConnection:
             self._sftp = None
 
     def _alive(self, transport: paramiko.Transport) -> bool:
-        """Whether the connection still answers: open (and close) a channel within ``probe_timeout``."""
+        """Whether the connection still answers: a channel open gets a reply (even a refusal) within
+        ``probe_timeout``. Only a closed transport or silence means it is gone."""
         if not transport.is_active():
             return False
         try:
             chan = transport.open_session(timeout=self.probe_timeout)
-        except (*_LINK_ERRORS, OSError):
+        except paramiko.ChannelException:
+            return transport.is_active()  # refused, so the server answered
+        except paramiko.SSHException as e:
+            # "Timeout opening channel." is silence; anything else on an active transport is a channel-level
+            # failure (paramiko reports concurrent channel-open failures through one shared slot)
+            return transport.is_active() and "Timeout" not in str(e)
+        except (EOFError, OSError):
             return False
         chan.close()
         return True
@@ -373,7 +391,7 @@ class SSHConnection:
         return self.run(sh_command(argv), **kwargs)
 
     def _exec(self, transport: paramiko.Transport, command: str, timeout: float, stdin: bytes | None) -> Completed:
-        chan = transport.open_session(timeout=self.spec.connect_timeout)
+        chan = self._open_session(transport)
         try:
             chan.settimeout(timeout)
             chan.exec_command(command)
@@ -382,9 +400,17 @@ class SSHConnection:
             chan.shutdown_write()
             out, err = bytearray(), bytearray()
             deadline = time.monotonic() + timeout
+            # Waiting happens in chan.recv with a short timeout (paramiko's buffer condition), never in select()
+            # on Channel.fileno(): paramiko closes that pipe's raw fds while its reader thread may still write to
+            # them, and under load the numbers are reused by other sockets (the SSH socket itself, once).
+            chan.settimeout(0.02)
             while True:
-                while chan.recv_ready():
-                    out += chan.recv(65536)
+                try:
+                    data = chan.recv(65536)
+                    if data:
+                        out += data
+                except TimeoutError:
+                    pass
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
@@ -395,18 +421,30 @@ class SSHConnection:
                     raise EOFError("the channel closed without an exit status")
                 if time.monotonic() > deadline:
                     raise _RemoteTimeout(timeout)
-                select.select([chan], [], [], 0.02)
-            return Completed(chan.recv_exit_status(), out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+            status = chan.recv_exit_status()
+            if status == -1 and not self._alive(transport):
+                # no exit status because the connection died under the command (paramiko closes the channels
+                # a moment before it marks the transport inactive); a live connection means a remote signal
+                raise EOFError("the SSH connection closed during the command")
+            return Completed(status, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
         finally:
             chan.close()
 
     def open_exec(self, script: str) -> paramiko.Channel:
         """Start ``sh -c script`` and return its open channel (for long-lived remote processes like the lock)."""
         def go(t: paramiko.Transport) -> paramiko.Channel:
-            chan = t.open_session(timeout=self.spec.connect_timeout)
+            chan = self._open_session(t)
             chan.exec_command("sh -c " + shlex.quote(script))
             return chan
         return self.call(go, "starting a remote process")
+
+    def _open_session(self, transport: paramiko.Transport) -> paramiko.Channel:
+        try:
+            return transport.open_session(timeout=self.spec.connect_timeout)
+        except paramiko.SSHException as e:
+            if "Timeout" in str(e) or not transport.is_active():
+                raise
+            raise _OpenFailed(str(e)) from None
 
     # -- SFTP ----------------------------------------------------------------------------------------------
     def _sftp_client(self, transport: paramiko.Transport) -> paramiko.SFTPClient:
@@ -539,6 +577,10 @@ class SSHConnection:
             return fwd
 
 
+class _OpenFailed(paramiko.SSHException):
+    """A session channel was refused (nothing ran on it)."""
+
+
 class _RemoteTimeout(Exception):
     def __init__(self, seconds: float) -> None:
         super().__init__(f"timed out after {seconds:g} s")
@@ -620,7 +662,9 @@ class LocalForward:
                              name=f"ssh-forward-{self.port}-{peer[1]}").start()
 
     def _open_channel(self, peer: tuple[str, int]) -> paramiko.Channel | None:
-        for attempt in range(2):
+        """A direct-tcpip channel for one accepted connection, or None to refuse it. Only a connection that is
+        really gone (closed, or silent) is dropped and reopened; a refusal drops nothing."""
+        for _attempt in range(2):
             try:
                 transport = self.conn.transport()
             except (TrialFailure, UserError) as e:
@@ -631,10 +675,10 @@ class LocalForward:
                 return transport.open_channel("direct-tcpip", self.remote, peer,
                                               timeout=self.conn.spec.connect_timeout)
             except paramiko.ChannelException:
-                return None  # the target could not connect (nothing listens there): refuse this one
+                return None  # the target could not connect (nothing listens there yet): refuse this one
             except (*_LINK_ERRORS, OSError) as e:
                 if self.conn._alive(transport):
-                    log.warning("ssh forward %s: %s", self.port, _describe_error(e))
+                    log.debug("ssh forward %s: %s", self.port, _describe_error(e))
                     return None
                 self.conn._drop(generation)
         return None
@@ -645,29 +689,109 @@ class LocalForward:
             with contextlib.suppress(OSError):
                 client.close()
             return
+        # one thread per direction, blocking; no select() on Channel.fileno() (see SSHConnection._exec)
+        back = threading.Thread(target=self._to_client, args=(chan, client), daemon=True,
+                                name=f"ssh-forward-{self.port}-{peer[1]}-back")
+        back.start()
         try:
             client.setblocking(True)
             while not self.closed:
-                readable, _, _ = select.select([client, chan], [], [], 1.0)
-                if client in readable:
-                    data = client.recv(65536)
-                    if not data:
-                        break
-                    chan.sendall(data)
-                if chan in readable:
-                    data = chan.recv(65536)
-                    if not data:
-                        break
-                    client.sendall(data)
-                if chan.closed or not chan.get_transport().is_active():
+                data = client.recv(65536)
+                if not data:
                     break
+                chan.sendall(data)
         except (OSError, EOFError, paramiko.SSHException):
             pass
         finally:
             with contextlib.suppress(Exception):
-                chan.close()
+                chan.close()  # ends chan.recv in the other direction
             with contextlib.suppress(OSError):
-                client.close()
+                client.shutdown(socket.SHUT_RDWR)
+            back.join(10)
+            with contextlib.suppress(OSError):
+                client.close()  # only once both directions are done with it
+
+    @staticmethod
+    def _to_client(chan: paramiko.Channel, client: socket.socket) -> None:
+        try:
+            while True:
+                data = chan.recv(65536)
+                if not data:
+                    break
+                client.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException):
+            pass
+        finally:
+            with contextlib.suppress(OSError):
+                client.shutdown(socket.SHUT_RDWR)  # ends client.recv in the serving thread
+
+
+class LogFollower:
+    """Keeps a remote deployment's local log file filling by itself, as a local server's log does.
+
+    ``fetch()`` returns the log text that appeared on the target since its previous call. A background thread
+    calls it every ``interval`` seconds and appends the text to ``log_path``; ``read()`` fetches once more and
+    returns everything that arrived since the previous ``read()`` (so readiness and liveness checks see every
+    line, and the trial's log file is complete even while nobody reads it, e.g. during the benchmark).
+    """
+
+    PENDING_LIMIT = 1 << 20     # characters of unread text kept for read(); the file keeps everything
+
+    def __init__(self, fetch: Callable[[], str], log_path: Path, interval: float, name: str) -> None:
+        self._fetch = fetch
+        self.log_path = log_path
+        self.interval = interval
+        self._pending: list[str] = []
+        self._pending_size = 0
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name=f"log-{name}", daemon=True)
+        self._thread.start()
+
+    def read(self) -> str:
+        with self._lock:
+            text = "".join(self._pending) + self._pull()
+            self._pending.clear()
+            self._pending_size = 0
+            return text
+
+    def stop(self) -> None:
+        """Stop following (a last fetch first, so the file ends with what the server wrote)."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        with contextlib.suppress(Exception), self._lock:
+            self._keep(self._pull())
+
+    def _pull(self) -> str:
+        text = self._fetch()
+        if text:
+            self.log_path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.log_path, "a", encoding="utf-8") as f:
+                f.write(text)
+        return text
+
+    def _keep(self, text: str) -> None:
+        if not text:
+            return
+        self._pending.append(text)
+        self._pending_size += len(text)
+        while self._pending_size > self.PENDING_LIMIT and len(self._pending) > 1:
+            self._pending_size -= len(self._pending.pop(0))
+
+    def _run(self) -> None:
+        while not self._stopped.wait(self.interval):
+            try:
+                with self._lock:
+                    if self._stopped.is_set():
+                        return
+                    self._keep(self._pull())
+            except TrialFailure as e:
+                if "was closed" in e.detail:
+                    return  # the target was closed: nothing more to follow
+                log.debug("log follower %s: %s", self._thread.name, e)
+            except (UserError, OSError, ValueError, EOFError, paramiko.SSHException) as e:
+                log.debug("log follower %s: %s", self._thread.name, e)  # the next read() reports real problems
 
 
 class RemoteLock:
@@ -759,7 +883,7 @@ class RemoteLock:
                     raise UserError(f"target {self.identity} is busy: held by {describe(self._current_holder())}")
                 raise UserError(f"target {self.identity}: cannot take the lock {self.lock_file} on the target "
                                 f"(status {status}{': ' + err if err else ''}; is flock from util-linux installed?)")
-            select.select([chan], [], [], 0.05)
+            time.sleep(0.02)
         chan.close()
         raise UserError(f"target {self.identity}: no answer while taking the lock {self.lock_file}")
 

@@ -31,6 +31,7 @@ import json
 import posixpath
 import re
 import secrets
+import threading
 import time
 from contextlib import AbstractContextManager
 from pathlib import Path
@@ -40,10 +41,11 @@ from autotune.lock import holder_description, state_dir
 from autotune.study import TargetSpec
 from autotune.targets.base import Deployment, Target
 from autotune.targets.process import FIND_PYTHON, HELPER, remote_base_url, remote_preflight
-from autotune.targets.ssh import Completed, RemoteLock, SSHConnection, sh_command
+from autotune.targets.ssh import Completed, LogFollower, RemoteLock, SSHConnection, sh_command
 
 DROPIN_NAME = "zz-autotune.conf"
 SYSTEMCTL_TIMEOUT = 300.0   # start/stop wait for the unit's own TimeoutStartSec/TimeoutStopSec (90 s by default)
+LOG_FOLLOW_INTERVAL = 2.0   # seconds between background journal reads into the trial's log file
 PORT_SETTLE = 3.0           # after `systemctl stop` returned, the unit's processes are gone: a port held longer than
                             # this is someone else's
 SHOW_PROPS = ("ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStatus", "ExecMainPID", "MainPID",
@@ -146,12 +148,22 @@ class SystemdDeployment(Deployment):
         self._status: int | None = None
         self._props: dict[str, str] | None = None
         self._props_at = 0.0
+        self._props_thread = 0
         self._mark = f"--- autotune {secrets.token_hex(8)} ---"
+        self._generation = target.conn.generation
+        self._follower = LogFollower(self._fetch_log, log_path, LOG_FOLLOW_INTERVAL, invocation[:12] or target.unit)
+
+    def reconnected(self) -> bool:
+        """Whether the SSH connection was reopened since this start (see ProcessDeployment.reconnected)."""
+        return self.target.conn.generation != self._generation
 
     def exit_status(self) -> int | None:
         if self._status is not None:
             return self._status
-        if self._props is not None and time.monotonic() - self._props_at < self.STATE_FRESH:
+        # the state read with the journal stands in only for a read_log() this thread just made (the background
+        # follower's copy may predate a stop this thread has done since)
+        if self._props is not None and self._props_thread == threading.get_ident() \
+                and time.monotonic() - self._props_at < self.STATE_FRESH:
             p = self._props
         else:
             p = self.target.show(*SHOW_PROPS)
@@ -165,7 +177,12 @@ class SystemdDeployment(Deployment):
         if active in _RUNNING and sub != "auto-restart":
             return None
         self._status = decode_exit(p)
+        self._follower.stop()
         return self._status
+
+    def stop_following(self) -> None:
+        self._follower.stop()
+        self._props = None
 
     def _journal_argv(self) -> list[str]:
         argv = ["journalctl", "-q", "--no-pager", "-o", "cat", "--show-cursor"]
@@ -179,22 +196,21 @@ class SystemdDeployment(Deployment):
         return self.target._argv(argv)
 
     def read_log(self) -> str:
+        return self._follower.read()
+
+    def _fetch_log(self) -> str:
+        """New journal lines of this start, and the unit's state with them (one remote command)."""
         show = self.target._argv(["systemctl", "show", self.target.unit, *_props_args(SHOW_PROPS)])
         script = f"{sh_command(self._journal_argv())}; echo {sh_command([self._mark])}; {sh_command(show)}"
         result = self.target.conn.run(script, timeout=60, what="reading the journal")
         journal, _, state = result.stdout.partition(self._mark + "\n")
         if state:
             self._props, self._props_at = parse_show(state), time.monotonic()
+            self._props_thread = threading.get_ident()
         lines = journal.splitlines()
         if lines and lines[-1].startswith("-- cursor: "):
             self._cursor = lines.pop()[len("-- cursor: "):].strip()
-        if not lines:
-            return ""
-        text = "\n".join(lines) + "\n"
-        self.log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(self.log_path, "a", encoding="utf-8") as f:
-            f.write(text)
-        return text
+        return "\n".join(lines) + "\n" if lines else ""
 
 
 def _props_args(props: tuple[str, ...]) -> list[str]:
@@ -234,7 +250,8 @@ class SystemdTarget(Target):
 
     @property
     def local_backup_path(self) -> Path:
-        safe = re.sub(r"[^A-Za-z0-9_.@-]+", "_", f"{self.spec.user or ''}@{self.spec.host}-{self.spec.port}-{self.unit}")
+        name = f"{self.spec.user or ''}@{self.spec.host}-{self.spec.port}-{self.unit}"
+        safe = re.sub(r"[^A-Za-z0-9_.@-]+", "_", name)
         return state_dir() / "backups" / safe / "backup.json"
 
     # -- remote commands ---------------------------------------------------------------------------------------
@@ -264,7 +281,8 @@ class SystemdTarget(Target):
             return self.conn.read_text(path)
         except PermissionError:
             if not self.spec.sudo:
-                raise TrialFailure("deploy_failed", f"cannot read {path} on {self.spec.host} (set sudo = true?)")
+                raise TrialFailure("deploy_failed", f"cannot read {path} on {self.spec.host} "
+                                                    "(set sudo = true?)") from None
         result = self.run(["cat", "--", path], what=f"reading {path}")
         return result.stdout if result.ok else None
 
@@ -450,7 +468,7 @@ class SystemdTarget(Target):
 
     def _restart(self, log_path: Path, reload: bool) -> SystemdDeployment:
         """(daemon-reload,) stop, check the port, start and read the new invocation id: one remote command."""
-        self.current = None
+        self._forget_current()
         q = sh_command
         script = "\n".join([
             *self._stop_script(reload),
@@ -471,9 +489,14 @@ class SystemdTarget(Target):
         self.current = SystemdDeployment(self, invocation, since, self.base_url(), log_path)
         return self.current
 
+    def _forget_current(self) -> None:
+        if self.current is not None:
+            self.current.stop_following()
+        self.current = None
+
     def stop(self) -> None:
         """Stop the unit and wait (briefly) until its port is free; a port held by someone else is left alone."""
-        self.current = None
+        self._forget_current()
         result = self.conn.run("\n".join(self._stop_script(reload=False)), timeout=SYSTEMCTL_TIMEOUT,
                                what=f"stopping {self.unit}")
         if result.status != 93:
@@ -500,4 +523,5 @@ class SystemdTarget(Target):
         return deployment
 
     def close(self) -> None:
+        self._forget_current()
         self.conn.close()

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
+import contextlib
 
 QWEN = ["--model-path", "/shared/models/Qwen3.5-122B-A10B", "--tp-size", "4"]
 LLAMA = ["--model-path", "/shared/models/Llama-3.1-8B-Instruct", "--sim-profile", "llama8b"]
@@ -88,10 +89,8 @@ class Emulator:
 
     def kill(self) -> None:
         if self.proc.poll() is None:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(self.proc.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
             self.proc.wait(10)
 
 

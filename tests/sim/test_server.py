@@ -8,6 +8,7 @@ import time
 import httpx
 
 from .conftest import sse_events
+import itertools
 
 
 def generate(client: httpx.Client, max_new_tokens: int, text: str = "Explain speculative decoding.", **params):
@@ -21,8 +22,9 @@ def test_startup_log_lines(qwen_server):
     assert "Max running requests is reset to 48 for speculative decoding." in log
     assert ("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
             in log)
-    assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] server_args=\{'model_path': ", log, re.M)
-    assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Load weight begin\. avail mem=\d+\.\d\d GB$", log, re.M)
+    assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] server_args=\{'model_path': ", log, re.MULTILINE)
+    assert re.search(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP0\] Load weight begin\. avail mem=\d+\.\d\d GB$", log,
+                     re.MULTILINE)
     assert "Load weight end. elapsed=" in log and "type=Qwen3_5MoeForConditionalGeneration, quant=fp8" in log
     assert "KV Cache is allocated. dtype: torch.bfloat16, #tokens: " in log
     assert "Capture target verify CUDA graph begin. backend=full, num_tokens_per_req=3" in log
@@ -97,7 +99,7 @@ def test_generate_streaming_is_cumulative_then_done(qwen_server):
     assert events[-1] == "[DONE]"
     chunks = events[:-1]
     assert len(chunks) > 3
-    for before, after in zip(chunks, chunks[1:]):
+    for before, after in itertools.pairwise(chunks):
         assert after["text"].startswith(before["text"])
         assert after["meta_info"]["completion_tokens"] > before["meta_info"]["completion_tokens"]
     assert all(ch["meta_info"]["finish_reason"] is None for ch in chunks[:-1])

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 import asyncio
-import json
+import re
 import time
 
 import httpx
@@ -24,6 +24,9 @@ def modelled(concurrency: int, prompt: int, output: int) -> tuple[float, float]:
             model.concurrent_tok_s(profile, cfg, plan, concurrency, prompt, output) * SPEEDUP)
 
 
+COMPLETION_TOKENS = re.compile(r'"completion_tokens":(\d+)')
+
+
 async def stream(client: httpx.AsyncClient, text: str, max_new_tokens: int, arrivals: list) -> list:
     """(arrival time, completion_tokens) of every chunk of one streamed /generate; also appended to ``arrivals``."""
     seen = []
@@ -31,8 +34,8 @@ async def stream(client: httpx.AsyncClient, text: str, max_new_tokens: int, arri
             "text": text, "stream": True,
             "sampling_params": {"max_new_tokens": max_new_tokens, "temperature": 0, "ignore_eos": True}}) as r:
         async for line in r.aiter_lines():
-            if line.startswith("data: {"):
-                seen.append((time.monotonic(), json.loads(line[6:])["meta_info"]["completion_tokens"]))
+            if line.startswith("data: {"):  # a regex, not json.loads: the client's CPU is part of the measurement
+                seen.append((time.monotonic(), int(COMPLETION_TOKENS.search(line).group(1))))
     previous = 0
     for t, n in seen:
         arrivals.append((t, n - previous))
@@ -40,14 +43,19 @@ async def stream(client: httpx.AsyncClient, text: str, max_new_tokens: int, arri
     return seen
 
 
-async def single_rates(url: str, tokens: int) -> list[float]:
-    """Tokens after the first / time after the first token, for two streams one after the other."""
+async def single_rates(url: str, tokens: int) -> list[tuple[float, float]]:
+    """For two streams one after the other: (tokens after the first / time after the first token, the
+    least-squares slope of tokens over time, which one scheduling hiccup of this shared box cannot skew)."""
     async with httpx.AsyncClient(base_url=url, timeout=60) as client:
         rates = []
         for i in range(2):
             seen = await stream(client, f"story {i}", tokens, [])
             (t0, n0), (t1, n1) = seen[0], seen[-1]
-            rates.append((n1 - n0) / (t1 - t0))
+            ts = [t - t0 for t, _ in seen]
+            ns = [n for _, n in seen]
+            mt, mn = sum(ts) / len(ts), sum(ns) / len(ns)
+            slope = sum((t - mt) * (n - mn) for t, n in zip(ts, ns, strict=True)) / sum((t - mt) ** 2 for t in ts)
+            rates.append(((n1 - n0) / (t1 - t0), slope))
         return rates
 
 
@@ -77,8 +85,9 @@ def eagle_server(emulator, speedup: float, *extra: str):
 def test_single_stream_rate_tracks_the_model_at_speedup_20(emulator):
     emu = eagle_server(emulator, SPEEDUP, "--sim-noise", "0")
     expected = modelled(1, 2, 1500)[0]
-    for rate in asyncio.run(single_rates(emu.url, 1500)):
-        assert abs(rate / expected - 1) < 0.04, (rate, expected)
+    for first_to_last, slope in asyncio.run(single_rates(emu.url, 1500)):
+        assert abs(slope / expected - 1) < 0.03, (slope, first_to_last, expected)
+        assert abs(first_to_last / expected - 1) < 0.06, (slope, first_to_last, expected)
 
 
 def test_concurrent_throughput_tracks_the_model(emulator):

@@ -19,6 +19,7 @@ ActiveState/SubState/Result/ExecMainCode/ExecMainStatus/MainPID/InvocationID lik
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -384,10 +385,8 @@ def cmd_stop(unit: str) -> int:
     journal(unit, None, f"Stopping {unit}...", about=inv)
     if pid:
         for sig, limit in ((signal.SIGTERM, STOP_TIMEOUT), (signal.SIGKILL, 5.0)):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.killpg(pid, sig)
-            except ProcessLookupError:
-                pass
             deadline = time.monotonic() + limit
             while pgid_alive(pid) and time.monotonic() < deadline:
                 time.sleep(0.02)

@@ -21,6 +21,7 @@ from autotune.targets.process import ProcessTarget
 from tests.ssh.helpers import server_argv, wait_for
 
 ENGINE = SGLang()
+READY = "/health_generate"  # SGLang answers 200 here once it can generate
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -35,14 +36,16 @@ def test_cut_connection_is_reopened_and_the_deployment_survives(make_private_spe
                                                                 tmp_path: Path) -> None:
     target, deployment = ready_target(make_private_spec(tunnel=True), cleanup, tmp_path)
     generation = target.conn.generation
+    assert not deployment.reconnected()
     assert private_sshd.kill_connections() > 0  # the sshd processes serving our connection are gone
 
     # the next call reconnects; the server (its own session on the target) kept running
     assert deployment.exit_status() is None
     assert target.conn.generation == generation + 1
+    assert deployment.reconnected()
     assert isinstance(deployment.read_log(), str)
     # the same base_url still works: the tunnel's local port outlives the connection
-    assert httpx.get(deployment.base_url + ENGINE.readiness_path, timeout=10).status_code == 200
+    assert httpx.get(deployment.base_url + READY, timeout=10).status_code == 200
     wait_ready(deployment, ENGINE, interval=0.05, timeout=10)
 
 
@@ -52,7 +55,7 @@ def test_cut_connection_seen_first_by_the_tunnel(make_private_spec, private_sshd
     private_sshd.kill_connections()
     wait_for(lambda: not target.conn._client.get_transport().is_active(), timeout=5)
     # an HTTP request through the forward reconnects by itself
-    assert httpx.get(deployment.base_url + ENGINE.readiness_path, timeout=20).status_code == 200
+    assert httpx.get(deployment.base_url + READY, timeout=20).status_code == 200
     assert target.conn.generation == generation + 1
     assert deployment.exit_status() is None
 

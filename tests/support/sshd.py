@@ -9,6 +9,7 @@ separation directory /run/sshd, which ``start()`` creates when missing.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import signal
@@ -139,20 +140,26 @@ class SSHServer:
 
     # -- faults ------------------------------------------------------------------------------------------
     def connection_pids(self) -> list[int]:
-        """The sshd processes serving connections now (children of the listener and everything under them)."""
+        """The sshd processes serving connections now (under the listener; not the commands they run)."""
         assert self.proc is not None
-        return _descendants(self.proc.pid)
+        out = []
+        for pid in _descendants(self.proc.pid):
+            try:
+                if Path(f"/proc/{pid}/comm").read_text().strip() == "sshd":
+                    out.append(pid)
+            except OSError:
+                continue
+        return out
 
     def kill_connections(self) -> int:
-        """SIGKILL every process serving a connection (the listener stays): the client sees its connection cut."""
+        """SIGKILL every sshd process serving a connection (the listener stays): the client sees its connection
+        cut, and the commands of its sessions see their pipes close, as when the network drops."""
         if self.proc is None:
             return 0
         pids = self.connection_pids()
         for pid in pids:
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
         return len(pids)
 
     def pause(self) -> None:

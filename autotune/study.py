@@ -116,6 +116,7 @@ class WorkloadSpec:
     requests: int = 32
     warmup: int = 2
     request_timeout: float = 300.0
+    stall_timeout: float = 30.0
     tolerance: float = 0.03
     min_repeats: int = 1
     max_repeats: int = 3
@@ -432,7 +433,7 @@ def _workload(data: dict[str, Any], v: _Validator) -> WorkloadSpec:
     w = v.table(data, "workload")
     where = "workload"
     v.only(w, where, ("prompts", "max_tokens", "temperature", "concurrency", "requests", "warmup",
-                      "request_timeout", "tolerance", "min_repeats", "max_repeats"))
+                      "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats"))
     conc = v.get(w, where, "concurrency", list, [1, 8, 32])
     if not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc):
         v.fail(where, "concurrency", f"must be a non-empty list of positive integers, got {conc!r}")
@@ -450,6 +451,7 @@ def _workload(data: dict[str, Any], v: _Validator) -> WorkloadSpec:
         requests=v.integer(w, where, "requests", 32, low=1, high=100_000),
         warmup=v.integer(w, where, "warmup", 2, low=0, high=1000),
         request_timeout=v.number(w, where, "request_timeout", 300.0, low=1, high=86400),
+        stall_timeout=v.number(w, where, "stall_timeout", 30.0, low=0.5, high=86400),
         tolerance=v.number(w, where, "tolerance", 0.03, low=0.001, high=1),
         min_repeats=min_rep, max_repeats=max_rep,
     )

@@ -27,8 +27,6 @@ from autotune.study import WorkloadSpec
 
 #: how often a running level checks that the server is still alive and that no stop was requested
 WATCH_INTERVAL = 0.25
-#: the longest gap between two events of one stream before the request counts as stalled
-STALL_TIMEOUT = 30.0
 
 
 @dataclass
@@ -197,7 +195,7 @@ class Bench:
                     level.full_load = time.perf_counter() - t0
                 records.append(await stream_one(
                     client, self.engine, prompt, w.max_tokens, w.temperature, concurrency, t0,
-                    first_token_timeout=w.request_timeout, stall_timeout=min(STALL_TIMEOUT, w.request_timeout)))
+                    first_token_timeout=w.request_timeout, stall_timeout=w.stall_timeout))
 
         workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
         try:
@@ -206,6 +204,8 @@ class Bench:
                 self.check()
                 if self.should_stop():
                     raise TrialFailure("interrupted", f"stop requested while measuring concurrency {concurrency}")
+                if any(r.error and r.error.startswith("stalled") for r in records):
+                    self._judge(level)  # a stalled stream: the rest would only wait out their timeouts too
         finally:
             for t in workers:
                 t.cancel()

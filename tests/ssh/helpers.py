@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
 import sys
 import time
 from collections.abc import Callable
@@ -49,3 +51,15 @@ def pid_alive(pid: int) -> bool:
     except OSError:
         return False
     return state != "Z"
+
+
+def stand_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run the stand-in systemctl/journalctl (tests/ssh/fake_systemd.py) on state under ``root`` directly."""
+    return subprocess.run([sys.executable, str(HERE / "fake_systemd.py"), *args], capture_output=True, text=True,
+                          env={**os.environ, "AUTOTUNE_FAKE_SYSTEMD": str(root)}, timeout=60, check=False)
+
+
+def main_pid(root: Path, unit: str) -> int:
+    """The MainPID the stand-in systemd reports for ``unit``."""
+    out = stand_in(root, "systemctl", "show", unit, "-p", "MainPID", "--value").stdout
+    return int(out.strip() or 0)

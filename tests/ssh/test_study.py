@@ -15,8 +15,7 @@ from autotune.engines.sglang import SGLang
 from autotune.study import load_study
 from autotune.targets.process import ProcessTarget
 from tests.conftest import run_autotune
-from tests.ssh.helpers import cmdline, wait_for
-from tests.ssh.test_systemd import main_pid, stand_in
+from tests.ssh.helpers import cmdline, main_pid, stand_in, wait_for
 from tests.studies import status, write_study
 from tests.support.sshd import SSHServer, free_port
 
@@ -109,8 +108,8 @@ def test_study_on_an_ssh_systemd_target_then_restore(sshd: SSHServer, fake_syste
         finished_ok(run_autotune("restore", "--study", str(study), cwd=tmp_path))
         assert not dropin.exists()
         assert unit_file.read_text() == unit_text
-        unit = type("U", (), {"root": fake_systemd_root, "name": name})
-        wait_for(lambda: main_pid(unit) and cmdline(main_pid(unit)) == original, timeout=30)  # type: ignore[arg-type]
+        wait_for(lambda: main_pid(fake_systemd_root, name) and cmdline(main_pid(fake_systemd_root, name)) == original,
+                 timeout=30)
     finally:
         stand_in(fake_systemd_root, "systemctl", "stop", name)
 

@@ -6,8 +6,6 @@ import json
 import os
 import signal
 import socket
-import subprocess
-import sys
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,7 +17,7 @@ from autotune.errors import TrialFailure, UserError
 from autotune.health import wait_ready
 from autotune.targets.systemd import SystemdTarget, environment_line, exec_line
 from tests.ssh import fake_systemd
-from tests.ssh.helpers import HERE, cmdline, server_argv, wait_for
+from tests.ssh.helpers import cmdline, main_pid, server_argv, stand_in, wait_for
 from tests.support.sshd import free_port
 
 ENGINE = SGLang()
@@ -34,11 +32,6 @@ class Unit:
     path: Path
     text: str
     root: Path
-
-
-def stand_in(root: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, str(HERE / "fake_systemd.py"), *args], capture_output=True, text=True,
-                          env={**os.environ, "AUTOTUNE_FAKE_SYSTEMD": str(root)}, timeout=60, check=False)
 
 
 def port_open(port: int) -> bool:
@@ -63,11 +56,6 @@ def unit(fake_systemd_root: Path):
     wait_for(lambda: port_open(port), timeout=60)
     yield Unit(name, port, original, path, text, fake_systemd_root)
     stand_in(fake_systemd_root, "systemctl", "stop", name)
-
-
-def main_pid(u: Unit) -> int:
-    out = stand_in(u.root, "systemctl", "show", u.name, "-p", "MainPID", "--value").stdout
-    return int(out.strip() or 0)
 
 
 @pytest.fixture
@@ -106,7 +94,7 @@ def test_deploy_backs_up_once_renders_a_quoted_dropin_reads_this_start_and_resto
     assert unit.path.read_text() == unit.text
 
     wait_ready(deployment, ENGINE, interval=0.05, timeout=60)
-    pid = main_pid(unit)
+    pid = main_pid(unit.root, unit.name)
     assert cmdline(pid) == argv  # every argument arrived literally; none ran as shell
     environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
     assert b"AUTOTUNE_TEST_ENV=v 1%$HOME" in environ and b"ORIGINAL_ENV=1" in environ
@@ -138,7 +126,7 @@ def test_deploy_backs_up_once_renders_a_quoted_dropin_reads_this_start_and_resto
     assert restored is not None
     wait_ready(restored, ENGINE, interval=0.05, timeout=60)
     assert not Path(target.dropin_path).exists()
-    assert cmdline(main_pid(unit)) == unit.original
+    assert cmdline(main_pid(unit.root, unit.name)) == unit.original
     assert unit.path.read_text() == unit.text
     assert not Path(target.backup_path).exists()
     assert list(Path(target.directory).glob("backup.restored-*.json"))
@@ -150,7 +138,7 @@ def test_exit_status_and_stop(unit: Unit, unit_spec, cleanup, tmp_path: Path) ->
     d = target.deploy(server_argv(unit.port, "--served-model-name", "killed"), {}, tmp_path / "a.log")
     wait_ready(d, ENGINE, interval=0.05, timeout=60)
     assert d.exit_status() is None
-    os.kill(main_pid(unit), signal.SIGKILL)
+    os.kill(main_pid(unit.root, unit.name), signal.SIGKILL)
     assert wait_for(lambda: d.exit_status() is not None)
     assert d.exit_status() == -signal.SIGKILL
     assert "Main process exited, code=killed, status=9/SIGKILL" in d.read_log()
@@ -182,7 +170,7 @@ def test_sudo_runs_the_privileged_steps(unit: Unit, unit_spec, cleanup, tmp_path
     assert any(c[0] == "journalctl" for c in calls) and any(c[:2] == ["systemctl", "show"] for c in calls)
     assert ["rm", "-f", "--", target.dropin_path] in calls
     assert not Path(target.dropin_path).exists()
-    assert cmdline(main_pid(unit)) == unit.original
+    assert cmdline(main_pid(unit.root, unit.name)) == unit.original
 
 
 def test_lost_remote_backup_is_put_back_from_the_local_copy(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:

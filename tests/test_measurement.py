@@ -1,0 +1,105 @@
+"""Measurements a user can trust: failures under load, memory and latency constraints, staged pruning, and
+`autotune bench` measuring what is deployed now."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import optuna
+
+from autotune.sim.surface import surface
+from tests.conftest import free_port, run_autotune
+from tests.studies import status, write_study
+from tests.test_stale_server import start_emulator
+
+FAST = "max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1\nstall_timeout = 2"
+
+
+def test_failures_under_load_have_reasons_and_teach_the_sampler(tmp_path: Path) -> None:
+    space = ('[space.sim-fault]\ntype = "categorical"\n'
+             'choices = ["oom-under-load:2", "crash-after:150", "stall-after:100", "errors:1.0"]\n')
+    study = write_study(tmp_path, sampler="grid", trials=5, space=space, workload=FAST)
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    by_fault = {t["params"].get("sim-fault"): t for t in status(study)["trials"]}
+    assert by_fault["oom-under-load:2"]["reason"] == "oom_under_load"
+    assert "CUDA out of memory" in by_fault["oom-under-load:2"]["detail"]
+    assert by_fault["crash-after:150"]["reason"] == "crashed_under_load"
+    assert by_fault["stall-after:100"]["reason"] == "stalled"
+    assert by_fault["errors:1.0"]["reason"] == "errors"
+    db = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
+    for t in db.trials[1:]:
+        # infeasible, not retried: pruned with every constraint violated, so TPE ranks the region last
+        assert t.state == optuna.trial.TrialState.PRUNED
+        assert t.constraints == {"failed": 1.0}
+        assert t.user_attrs["stage"] == "measuring"
+
+
+def test_memory_and_latency_constraints(tmp_path: Path) -> None:
+    space = ('[space.speculative-num-steps]\ntype = "categorical"\nchoices = [1, 4]\n'
+             '[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [1]\n'
+             '[space.speculative-num-draft-tokens]\ntype = "categorical"\nchoices = [2]\n')
+    # steps 1 admits 25 running requests on the emulated host, steps 4 only 15
+    study = write_study(tmp_path, sampler="grid", trials=3, space=space, workload=FAST,
+                        extra="[constraints]\nmin_running_requests = 20\n")
+    assert run_autotune("run", "--study", str(study), cwd=tmp_path).returncode == 0
+    trials = {t["params"]["speculative-num-steps"]: t for t in status(study)["trials"][1:]}
+    assert trials[4]["reason"] == "constraints" and trials[4]["state"] == "PRUNED"
+    assert "max_running_requests 15 < min_running_requests 20" in trials[4]["detail"]
+    assert "levels" not in trials[4] or not trials[4].get("metrics"), "a config failing the memory limit is not measured"
+    assert trials[1]["state"] == "COMPLETE" and trials[1]["metrics"]["max_running_requests"] == 25
+
+    # a latency ceiling nothing meets: everything is measured, nothing is feasible, nothing is "best"
+    strict = write_study(tmp_path, "strict", sampler="grid", trials=2, space=space, workload=FAST,
+                         extra="[constraints]\nmax_ttft_p99_ms = 0.01\n")
+    assert run_autotune("run", "--study", str(strict), cwd=tmp_path).returncode == 0
+    rows = status(strict)["trials"]
+    assert all(t["state"] == "COMPLETE" and t["reason"] == "constraints" for t in rows)
+    assert all(t["metrics"]["ttft_p99_ms"] > 0.01 for t in rows)
+    r = run_autotune("best", "--study", str(strict), "--json")
+    assert r.returncode == 2 and "no feasible measured trial" in r.stderr
+
+
+def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> None:
+    space = '[space.sim-speedup]\ntype = "categorical"\nchoices = [10.0, 10.2, 10.4, 10.6, 10.8, 1.0]\n'
+    study = write_study(tmp_path, sampler="random", objective="single", trials=7, space=space,
+                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1")
+    # queue the five fast configs first, so the slow one meets a pruner that has seen enough
+    db = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
+    for speed in (10.0, 10.2, 10.4, 10.6, 10.8, 1.0):
+        db.enqueue_trial({"sim-speedup": speed})
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    trials = status(study)["trials"]
+    slow = trials[5]
+    assert slow["params"] == {"sim-speedup": 1.0}
+    assert slow["state"] == "PRUNED" and slow["reason"] == "pruned" and slow["stage"] == "single"
+    fast = [t for t in trials[:5] if t["state"] == "COMPLETE"]
+    assert len(fast) == 5
+    # the pruned trial measured only the single stream; the complete ones every level
+    db = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
+    assert [lv["concurrency"] for lv in db.trials[5].user_attrs["levels"]] == [1]
+    assert [lv["concurrency"] for lv in db.trials[0].user_attrs["levels"]] == [1, 4]
+    assert "pruned after single" in r.stdout
+
+
+def test_bench_measures_what_is_deployed_now(tmp_path: Path) -> None:
+    port = free_port()
+    server = start_emulator(port, steps=3, topk=1, draft=4)
+    try:
+        study = write_study(tmp_path, port=port, workload="max_tokens = 128\nconcurrency = [1, 4]\nrequests = 6\n"
+                                                          "warmup = 1")
+        r = run_autotune("bench", "--study", str(study), "--json", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        out = json.loads(r.stdout)
+        assert out["server"]["speculative-num-steps"] == 3
+        truth = next(c for c in surface("qwen122b", 4)["configs"]
+                     if c["params"] == {"speculative-num-steps": 3, "speculative-eagle-topk": 1,
+                                        "speculative-num-draft-tokens": 4})
+        single = out["metrics"]["single_tok_s"] / 10  # the emulator ran at --sim-speedup 10
+        assert abs(single / truth["single_tok_s"] - 1) < 0.08
+        assert out["metrics"]["accept_length"] > 2.5
+        assert [lv["concurrency"] for lv in out["levels"]] == [1, 4]
+        assert not (tmp_path / "t.db").exists(), "bench deploys nothing and creates no study"
+    finally:
+        server.kill()

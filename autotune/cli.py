@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 from typing import Any
 
 import click
@@ -91,27 +92,74 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 @cli.command()
 @STUDY
 @STORAGE
-@JSON
-def best(study_name: str, storage: str | None, as_json: bool) -> None:
+@click.option("--format", "fmt", type=click.Choice(["args", "unit", "json"]), default=None,
+              help="args: the shell-quoted server command line; unit: a systemd service unit running it; "
+                   "json: one JSON document (same as --json).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
+def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool) -> None:
     """The best feasible trial: params, metrics and the full server command line."""
-    from autotune import results
+    from autotune import report
 
     tuner = _tuner(study_name, storage)
-    study = tuner.open_existing()
-    t = results.best(study)
-    if t is None:
-        raise UserError(f"study {tuner.spec.name!r} has no feasible measured trial yet")
-    out = {"number": t.number, "params": t.params, "value": t.values[0] if len(t.values) == 1 else None,
-           "values": t.values, "metrics": t.user_attrs.get("metrics", {}), "command": t.user_attrs.get("command")}
-    if as_json:
+    t = report.best_trial(tuner.open_existing())
+    out = report.best_document(t)
+    if as_json or fmt == "json":
         _print_json(out)
-        return
-    import shlex
+    elif fmt == "args":
+        click.echo(report.best_args(t, report.server_env(t, tuner.spec)))
+    elif fmt == "unit":
+        click.echo(report.best_unit(t, tuner.spec, report.server_env(t, tuner.spec)), nl=False)
+    else:
+        import shlex
 
-    click.echo(f"trial {t.number}: value {' / '.join(f'{v:.4g}' for v in t.values)}")
-    for k, v in t.params.items():
-        click.echo(f"  {k} = {v}")
-    click.echo(shlex.join(out["command"] or []))
+        click.echo(f"trial {t.number}: value {' / '.join(f'{v:.4g}' for v in t.values)}")
+        for k, v in t.params.items():
+            click.echo(f"  {k} = {v}")
+        click.echo(shlex.join(out["command"] or []))
+
+
+@cli.command("report")
+@STUDY
+@STORAGE
+@click.option("--out", "out_dir", required=True, type=click.Path(file_okay=False, path_type=Path), metavar="DIR",
+              help="Directory for trials.csv, summary.md and the HTML plots (created if missing).")
+def report_cmd(study_name: str, storage: str | None, out_dir: Path) -> None:
+    """Write trials.csv, summary.md and HTML plots (history, importances, slice, contour, Pareto front,
+    throughput against concurrency, timeline) for a study."""
+    from autotune import report
+
+    tuner = _tuner(study_name, storage)
+    result = report.write_report(tuner.open_existing(), tuner.spec, out_dir)
+    click.echo(f"{out_dir / 'trials.csv'}: {result.rows} trials, {len(result.columns)} columns")
+    click.echo(f"{out_dir / 'summary.md'}")
+    for p in result.plots:
+        click.echo(f"{p.path}" if p.path else f"skipped {p.name}: {p.note}")
+
+
+@cli.command()
+@STUDY
+@STORAGE
+@click.option("--host", default="127.0.0.1", show_default=True,
+              help="Address to listen on; anything but loopback needs --allow-remote.")
+@click.option("--port", default=8080, show_default=True, type=click.IntRange(1, 65535), help="Port to listen on.")
+@click.option("--allow-remote", is_flag=True,
+              help="Allow a non-loopback --host (anyone who reaches it can read, change and delete studies).")
+def dashboard(study_name: str, storage: str | None, host: str, port: int, allow_remote: bool) -> None:
+    """optuna-dashboard on the study's storage, with each trial's server log, command line and measurement
+    records as artifacts.
+
+    The dashboard has NO AUTHENTICATION and its API can change and DELETE studies, so it listens on 127.0.0.1
+    only. From a laptop, open an SSH tunnel to the host it runs on and browse http://127.0.0.1:8080/ there:
+
+    \b
+        ssh -L 8080:127.0.0.1:8080 HOST
+    """
+    from autotune import dashboard as dash
+
+    tuner = _tuner(study_name, storage)
+    board = dash.prepare(tuner.spec.name, tuner.spec.directory, tuner.storage_url, host, port, allow_remote)
+    click.echo(board.banner())
+    board.serve()
 
 
 @cli.command()

@@ -110,26 +110,25 @@ class Objective:
         trial.set_user_attr("target", self.target.name)
         trial.set_user_attr("worker", worker_id())
         self._phase(trial, "suggest")
+        params = self.space.suggest(trial, only=self.space.baseline_params() if baseline else None)
+        log.info("trial %d start: %s%s", trial.number, describe(params), " (baseline)" if baseline else "")
         try:
-            if baseline:
-                params = self.space.suggest(trial, only=self.space.baseline_params())
-                candidate = self.space.baseline()
-            else:
-                params = self.space.suggest(trial)
-                candidate = self.space.candidate(params)
+            candidate = self.space.baseline() if baseline else self.space.candidate(params)
         except InvalidConfig as e:
             return self._infeasible(trial, "invalid_config", str(e), stage="validate")
         trial.set_user_attr("config", candidate.args)
         trial.set_user_attr("config_key", candidate.key)
-        log.info("trial %d start: %s%s", trial.number, describe(params), " (baseline)" if baseline else "")
 
         prior = None if baseline else self._measured(trial.study, candidate.key, trial.number)
         if prior is not None:
             return self._reuse(trial, prior)
         self._bench = None
+        self.deployment = None
         try:
             return self._run(trial, candidate)
         except TrialFailure as failure:
+            if failure.infeasible and self.deployment is not None and self.deployment.reconnected():
+                failure = TrialFailure("ssh_lost", f"the SSH connection was reopened during the trial ({failure})")
             if failure.infeasible:
                 return self._infeasible(trial, failure.reason, failure.detail, stage=self.phase.name)
             return self._retry(trial, failure, params, baseline)

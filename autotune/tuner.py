@@ -30,6 +30,7 @@ from autotune.errors import InvalidConfig, TrialFailure, UserError
 from autotune.health import wait_ready
 from autotune.logs import setup as setup_logging
 from autotune.objective import Objective, Phase, auth_headers
+from autotune.progress import Progress
 from autotune.sampling import make_pruner, make_sampler
 from autotune.score import METRIC_NAMES, metrics_of
 from autotune.space import Space, describe
@@ -91,6 +92,7 @@ class Tuner:
         self.storage_url = options.storage or spec.storage
         self._stop_reason: str | None = None
         self.phase = Phase()
+        self._progress = Progress(enabled=False)
 
     # -- checks that need nothing deployed -------------------------------------------------------------------
 
@@ -117,11 +119,14 @@ class Tuner:
         target.preflight(self.spec.engine.command)
         setup_logging(self.spec.directory / f"{self.spec.name}.log")
         optuna.logging.set_verbosity(optuna.logging.ERROR)
+        self._progress = Progress(self.budget, self.deadline, self.spec.workload.concurrency)
         try:
             with target.lock(self.spec.name):
                 study = self._open_study()
+                self._progress.update(study)
                 return self._run(study, target)
         finally:
+            self._progress.close()
             target.close()
 
     def _open_study(self) -> optuna.Study:
@@ -200,6 +205,7 @@ class Tuner:
                 else:
                     backoff = 0.0
         except KeyboardInterrupt:
+            self._requeue_forced(study, objective.phase.trial)
             log.info("forced stop: the server is left as it is")
             raise
         finally:
@@ -213,6 +219,18 @@ class Tuner:
                  f"trial {best.number}" if best else "none")
         return RunSummary(finished=done, budget=self.budget, stopped_by=stopped_by,
                           best=best.number if best else None)
+
+    def _requeue_forced(self, study: optuna.Study, number: int | None) -> None:
+        """A second signal cut a trial short: Optuna failed it; queue its config again like an interrupted one."""
+        if number is None:
+            return
+        trials = study.get_trials(deepcopy=False)
+        t = trials[number]
+        if t.state == TrialState.FAIL and number not in results.retried(trials) and "reason" not in t.user_attrs:
+            attrs: dict[str, Any] = {"retry_of": number}
+            if t.user_attrs.get("baseline"):
+                attrs["baseline"] = True
+            study.enqueue_trial(t.params, user_attrs=attrs)
 
     def _report(self, study: optuna.Study, t: FrozenTrial) -> None:
         """The one line per trial a user reads: number, params, result or failure reason, best so far."""
@@ -232,6 +250,7 @@ class Tuner:
             outcome = f"{reason}" + (f" ({detail[:120]})" if detail else "")
         tag = " [baseline]" if t.user_attrs.get("baseline") else ""
         log.info("trial %d%s %s: %s -> %s | %s", t.number, tag, t.state.name, params, outcome, best_text)
+        self._progress.update(study)
 
     # -- end of study ------------------------------------------------------------------------------------------
 
@@ -359,6 +378,7 @@ class Tuner:
 
     def _on_phase(self, phase: Phase) -> None:
         self.phase = phase
+        self._progress.on_phase(phase)
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds

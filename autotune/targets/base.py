@@ -29,6 +29,11 @@ class Deployment(ABC):
     def read_log(self) -> str:
         """Log text written since the previous call (also appended to ``log_path``)."""
 
+    def reconnected(self) -> bool:
+        """Whether the connection to the target was reopened since this start: requests in flight at that moment
+        failed for the connection's sake, not the server's. (A local server has no connection to lose.)"""
+        return False
+
 
 class Target(ABC):
     """A machine and port the tuner deploys servers to."""

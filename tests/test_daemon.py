@@ -1,0 +1,124 @@
+"""The overnight daemon: signals, kills at any point, a second tuner, and what is left behind."""
+from __future__ import annotations
+
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from autotune.targets.local import port_open
+from tests.conftest import run_autotune
+from tests.studies import status, write_study
+
+#: four distinct valid configs besides the baseline, in grid order: every trial deploys a server
+DEPLOYING_SPACE = """
+[space.speculative-num-steps]
+type = "categorical"
+choices = [2, 3, 4, 5]
+"""
+
+
+def start_run(study: Path, *extra: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study), *extra],
+                            cwd=study.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_line(log: Path, pattern: str, proc: subprocess.Popen[str], timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if log.exists() and re.search(pattern, log.read_text()):
+            return
+        assert proc.poll() is None, f"the tuner ended before {pattern!r}: {proc.communicate()}"
+        time.sleep(0.02)
+    pytest.fail(f"never saw {pattern!r}")
+
+
+def port_of(study: Path) -> int:
+    return int(re.search(r"server_port = (\d+)", study.read_text()).group(1))
+
+
+def assert_nothing_lost(study: Path, budget: int) -> list[dict]:
+    trials = status(study)["trials"]
+    assert not [t for t in trials if t["state"] in ("RUNNING", "WAITING")], "a trial was left running or queued"
+    retried = {t["retry_of"] for t in trials if t["retry_of"] is not None}
+    counted = [t for t in trials if t["number"] not in retried]
+    assert len(counted) == budget, "the budget counts every finished trial once"
+    for t in trials:
+        if t["state"] == "FAIL":
+            assert t["number"] in retried or t["retry_of"] is not None, f"trial {t['number']}'s config was lost"
+    assert not port_open(port_of(study)), "the local server was left running"
+    return trials
+
+
+@pytest.mark.parametrize("moment", [
+    r"trial 1 start",                       # before anything is deployed
+    r"trial 1 deploy",                      # while the server starts (readiness wait)
+    r"trial 1 ready in",                    # while it is measured
+    r"trial 1 (\[baseline\] )?(COMPLETE|PRUNED|FAIL):",  # right after the result was written
+])
+def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str) -> None:
+    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02})
+    proc = start_run(study)
+    try:
+        wait_for_line(tmp_path / "t.log", moment, proc)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    trials = assert_nothing_lost(study, 4)
+    assert trials[0]["baseline"] and trials[0]["state"] == "COMPLETE"
+
+
+def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Path) -> None:
+    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02},
+                        workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\nwarmup = 1")
+    proc = start_run(study)
+    wait_for_line(tmp_path / "t.log", r"trial 2 ready in", proc)
+    sent = time.monotonic()
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert time.monotonic() - sent < 30
+    assert "SIGTERM received: stopping at the next safe point" in out
+    assert re.search(r"trial 2 failed: interrupted .*; its config is queued again", out)
+    assert "stopped the local server" in out
+    assert not port_open(port_of(study))
+    trials = status(study)["trials"]
+    assert trials[2]["state"] == "FAIL" and trials[2]["reason"] == "interrupted"
+    queued = [t for t in trials if t["state"] == "WAITING"]
+    assert len(queued) == 1 and queued[0]["retry_of"] == 2
+
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    trials = assert_nothing_lost(study, 4)
+    retry = next(t for t in trials if t["retry_of"] == 2)
+    assert retry["params"] == trials[2]["params"] and retry["state"] in ("COMPLETE", "PRUNED")
+
+
+def test_a_second_tuner_on_the_same_target_is_refused(tmp_path: Path) -> None:
+    study = write_study(tmp_path, trials=3, args={"sim-time-scale": 0.02})
+    other = write_study(tmp_path, "other", trials=3, port=port_of(study))  # another study, the same target
+    proc = start_run(study)
+    try:
+        wait_for_line(tmp_path / "t.log", r"trial 0 deploy", proc)
+        r = run_autotune("run", "--study", str(other), cwd=tmp_path)
+        assert r.returncode == 2
+        assert re.fullmatch(rf"autotune: error: target local:{port_of(study)} is busy: held by autotune pid "
+                            rf"{proc.pid} on \S+ \(study t, since [0-9: -]+\)\n", r.stderr), r.stderr
+        assert not (tmp_path / "other.db").exists()
+        os.kill(proc.pid, signal.SIGKILL)  # a lock left by a killed tuner is free again
+        proc.wait()
+        r = run_autotune("run", "--study", str(other), "--trials", "1", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert status(other)["trials"][0]["state"] == "COMPLETE", "the orphaned server was stopped first"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -43,13 +43,25 @@ def cli() -> None:
 @click.option("--until", default=None, metavar="HH:MM", help="Start no trial after this local time.")
 @STORAGE
 @TARGET
+@click.option("--all-targets", is_flag=True, help="Start one worker per [targets.NAME] of the study.")
 @click.option("--no-restore", is_flag=True, help="Leave the target as the last trial left it.")
 def run(study_name: str, trials: int | None, timeout: float | None, until: str | None, storage: str | None,
-        target_name: str | None, no_restore: bool) -> None:
+        target_name: str | None, all_targets: bool, no_restore: bool) -> None:
     """Create or resume the study and tune until its budget or deadline."""
-    tuner = _tuner(study_name, storage, target_name, trials=trials, timeout=timeout, until=until,
-                   restore=not no_restore)
-    tuner.run()
+    options = dict(trials=trials, timeout=timeout, until=until, restore=not no_restore)
+    if not all_targets:
+        _tuner(study_name, storage, target_name, **options).run()
+        return
+    if target_name is not None:
+        raise UserError("--all-targets and --target exclude each other")
+    from autotune.study import load_study
+    from autotune.tuner import RunOptions, Tuner
+    from autotune.workers import run_all_targets
+
+    spec = load_study(study_name)
+    for name in spec.targets:  # every worker's input is checked before any starts
+        Tuner(spec, RunOptions(storage=storage, target=name, **options)).validate()
+    sys.exit(run_all_targets(spec, RunOptions(storage=storage, **options)))
 
 
 @cli.command()

@@ -25,12 +25,14 @@ from typing import Any
 import httpx
 import optuna
 from optuna.artifacts import FileSystemArtifactStore
+from optuna.trial import TrialState
 
 from autotune.artifacts import upload_trial
 from autotune.bench.measure import Bench, Measurement
-from autotune.engines import Engine, ServerInfo, config_key
+from autotune.engines import Engine, ServerInfo
 from autotune.errors import InvalidConfig, TrialFailure
 from autotune.health import check_alive, wait_ready
+from autotune.retry import queue_again, should_retry
 from autotune.score import (
     constraint_values,
     metrics_of,
@@ -46,8 +48,10 @@ from autotune.targets import Deployment, Target
 
 log = logging.getLogger("autotune")
 
+#: seconds between looks at a twin trial another worker is running
+TWIN_POLL = 2.0
 #: trial states whose result a later identical config can reuse
-REUSABLE = (optuna.trial.TrialState.COMPLETE, optuna.trial.TrialState.PRUNED)
+REUSABLE = (TrialState.COMPLETE, TrialState.PRUNED)
 #: user attrs a reused trial copies from the trial it reuses
 CARRIED_ATTRS = ("metrics", "levels", "capacity", "value_ci", "reason", "detail", "stage", "applied_key", "ready_s",
                  "command")
@@ -102,6 +106,8 @@ class Objective:
         self.timings: dict[str, float] = {}
         self._since = time.monotonic()
         self._bench: Bench | None = None
+        #: called once the trial exists in storage and names its target (the tuner releases the admission lock)
+        self.on_start: Callable[[], None] = lambda: None
 
     # -- the trial ---------------------------------------------------------------------------------------------
 
@@ -109,6 +115,7 @@ class Objective:
         baseline = bool(trial.user_attrs.get("baseline"))
         trial.set_user_attr("target", self.target.name)
         trial.set_user_attr("worker", worker_id())
+        self.on_start()
         self._phase(trial, "suggest")
         params = self.space.suggest(trial, only=self.space.baseline_params() if baseline else None)
         log.info("trial %d start: %s%s", trial.number, describe(params), " (baseline)" if baseline else "")
@@ -119,9 +126,14 @@ class Objective:
         trial.set_user_attr("config", candidate.args)
         trial.set_user_attr("config_key", candidate.key)
 
-        prior = None if baseline else self._measured(trial.study, candidate.key, trial.number)
-        if prior is not None:
-            return self._reuse(trial, prior)
+        if not baseline:
+            try:
+                self._wait_for_twin(trial, candidate.key)
+            except TrialFailure as failure:
+                return self._retry(trial, failure, params)
+            prior = self._measured(trial.study, candidate.key, trial.number)
+            if prior is not None:
+                return self._reuse(trial, prior)
         self._bench = None
         self.deployment = None
         try:
@@ -131,12 +143,12 @@ class Objective:
                 failure = TrialFailure("ssh_lost", f"the SSH connection was reopened during the trial ({failure})")
             if failure.infeasible:
                 return self._infeasible(trial, failure.reason, failure.detail, stage=self.phase.name)
-            return self._retry(trial, failure, params, baseline)
+            return self._retry(trial, failure, params)
         except optuna.TrialPruned:
             raise
         except Exception as e:
             log.exception("trial %d: unexpected error", trial.number)
-            return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"), params, baseline)
+            return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"), params)
         finally:
             self._phase(trial, "done")
             trial.set_user_attr("timings", self.timings)
@@ -189,8 +201,10 @@ class Objective:
         )
         metrics = metrics_of(m, info)
         if trial.user_attrs.get("baseline"):
-            reference = reference_of(metrics)
-            trial.study.set_user_attr("reference", {**reference, "trial": trial.number})
+            reference = {**reference_of(metrics), "trial": trial.number}
+            trial.study.set_user_attr("reference", reference)
+        elif reference is None and spec.objective == "weighted":
+            reference = self._await_reference(trial)
         values = objective_values(spec.objective, metrics, reference)
         constraints = constraint_values(spec.constraints, metrics)
         self._record_measurement(trial, m, metrics, constraints, values)
@@ -212,7 +226,7 @@ class Objective:
         if wrong:
             raise TrialFailure("wrong_args", "; ".join(wrong))
         applied = {**candidate.args, **{n: info.applied[n] for n in self.space.names if n in info.applied}}
-        trial.set_user_attr("applied_key", config_key(applied))
+        trial.set_user_attr("applied_key", self.space.key(applied))
         logged = self.engine.capacity_from_log(deployment.log_path.read_text(errors="replace")
                                                if deployment.log_path.exists() else "")
         trial.set_user_attr("capacity", {
@@ -230,6 +244,8 @@ class Objective:
         self._phase(trial, "measuring", f"concurrency {concurrency}")
         if not self.spec.pruning or trial.user_attrs.get("baseline"):
             return
+        if reference is None and self.spec.objective in ("weighted", "concurrent"):
+            return  # stage values are relative to the baseline, which another worker is still measuring
         value = stage_value(self.spec.objective, concurrency, m, reference)
         if value is None:
             return
@@ -267,18 +283,14 @@ class Objective:
         log.info("trial %d failed: %s (%s)", trial.number, reason, detail[:200])
         raise optuna.TrialPruned(f"{reason}: {detail}")
 
-    def _retry(self, trial: optuna.Trial, failure: TrialFailure, params: dict[str, Any], baseline: bool) -> float:
+    def _retry(self, trial: optuna.Trial, failure: TrialFailure, params: dict[str, Any]) -> float:
         """An infrastructure failure: FAIL this trial and queue its config again (once, unless interrupted)."""
-        first = "retry_of" not in trial.user_attrs
-        retry = first or failure.reason == "interrupted"
+        retry = should_retry(trial.user_attrs, failure.reason)
         trial.set_user_attr("reason", failure.reason)
         trial.set_user_attr("detail", failure.detail[:500])
         trial.set_user_attr("stage", self.phase.name)
         if retry:
-            attrs: dict[str, Any] = {"retry_of": trial.number}
-            if baseline:
-                attrs["baseline"] = True
-            trial.study.enqueue_trial(params, user_attrs=attrs)
+            queue_again(trial.study, trial.number, params, trial.user_attrs)
         log.info("trial %d failed: %s (%s)%s", trial.number, failure.reason, failure.detail[:200],
                  "; its config is queued again" if retry else "")
         return math.nan
@@ -291,7 +303,7 @@ class Objective:
         for key, value in prior.constraints.items():
             trial.set_constraint(key, value)
         log.info("trial %d reuses trial %d (same effective config)", trial.number, prior.number)
-        if prior.state == optuna.trial.TrialState.COMPLETE:
+        if prior.state == TrialState.COMPLETE:
             return prior.values if len(prior.values) > 1 else prior.values[0]
         for step, value in prior.intermediate_values.items():
             trial.report(value, step)
@@ -304,6 +316,42 @@ class Objective:
             if t.number != number and key in (t.user_attrs.get("config_key"), t.user_attrs.get("applied_key")):
                 return t
         return None
+
+    def _await_reference(self, trial: optuna.Trial) -> dict[str, Any] | None:
+        """The baseline's figures, once the baseline (run by another worker) is measured. None if it never will be
+        (it failed): then every trial's value is the raw geometric mean, the same for all."""
+        while True:
+            reference = trial.study.user_attrs.get("reference")
+            if reference is not None:
+                return reference
+            pending = [t for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+                       if t.user_attrs.get("baseline") and t.number != trial.number]
+            if not pending:
+                return None
+            self._phase(trial, "waiting for the baseline", f"trial {pending[0].number}")
+            deadline = time.monotonic() + TWIN_POLL
+            while time.monotonic() < deadline:
+                if self.should_stop():
+                    raise TrialFailure("interrupted", "stop requested while waiting for the baseline")
+                time.sleep(0.2)
+            optuna.storages.fail_stale_trials(trial.study)
+
+    def _wait_for_twin(self, trial: optuna.Trial, key: str) -> None:
+        """Another worker runs the same effective config under an earlier trial: wait for its result instead of
+        measuring it twice at once (Optuna's constant liar makes this rarer, not impossible)."""
+        while True:
+            twins = [t.number for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                     if t.number < trial.number and t.user_attrs.get("config_key") == key]
+            if not twins:
+                return
+            self._phase(trial, "waiting for a twin", f"trial {twins[0]}")
+            log.info("trial %d waits for trial %d (same config, another worker)", trial.number, twins[0])
+            deadline = time.monotonic() + TWIN_POLL
+            while time.monotonic() < deadline:
+                if self.should_stop():
+                    raise TrialFailure("interrupted", f"stop requested while waiting for trial {twins[0]}")
+                time.sleep(0.2)
+            optuna.storages.fail_stale_trials(trial.study)
 
     def _phase(self, trial: optuna.Trial, name: str, detail: str = "") -> None:
         now = time.monotonic()

@@ -181,7 +181,7 @@ class Progress:
         width = shutil.get_terminal_size((100, 24)).columns
         text = self.line()
         if len(text) >= width:
-            text = text[: max(0, width - 2)] + "…"
+            text = text[: max(0, width - 4)] + "..."
         self.stream.write(CLEAR + text)
         self.stream.flush()
         self._shown = True

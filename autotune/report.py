@@ -28,6 +28,8 @@ from autotune.study import StudySpec
 #: the two SGLang flags the contour plot is drawn over when both are tuned
 CONTOUR_PARAMS = ("speculative-num-steps", "speculative-eagle-topk")
 TOP = 5
+#: pixels; plotly's own default (450) squeezes the subplots
+PLOT_HEIGHT = 600
 
 
 # -- the table ---------------------------------------------------------------------------------------------------
@@ -420,16 +422,18 @@ def _throughput(study: optuna.Study, spec: StudySpec | None) -> Any:
     if not shown:
         raise _Skip("neither the best trial nor the baseline has per-level measurements")
     fig = make_subplots(rows=1, cols=2, subplot_titles=("output tok/s (all requests)", "decode tok/s per request"))
-    for label, t in shown:
+    ticks: set[int] = set()
+    for (label, t), color in zip(shown, ("#1f77b4", "#7f7f7f"), strict=False):
         levels = sorted(t.user_attrs["levels"], key=lambda lv: lv["concurrency"])
         xs = [lv["concurrency"] for lv in levels]
-        fig.add_trace(go.Scatter(x=xs, y=[lv.get("output_tok_s") for lv in levels], mode="lines+markers",
-                                 name=label, legendgroup=label), row=1, col=1)
-        fig.add_trace(go.Scatter(x=xs, y=[lv.get("decode_tok_s") for lv in levels], mode="lines+markers",
-                                 name=label, legendgroup=label, showlegend=False), row=1, col=2)
+        ticks.update(xs)
+        for col, key in ((1, "output_tok_s"), (2, "decode_tok_s")):
+            fig.add_trace(go.Scatter(x=xs, y=[lv.get(key) for lv in levels], mode="lines+markers", name=label,
+                                     legendgroup=label, showlegend=col == 1, line={"color": color}), row=1, col=col)
     for col in (1, 2):
-        fig.update_xaxes(title_text="requests in flight (concurrency)", type="log", row=1, col=col)
-    fig.update_yaxes(title_text="tok/s", rangemode="tozero", row=1, col=1)
+        fig.update_xaxes(title_text="requests in flight (concurrency)", type="log", tickvals=sorted(ticks),
+                         row=1, col=col)
+        fig.update_yaxes(title_text="tok/s", rangemode="tozero", row=1, col=col)
     fig.update_layout(title="Throughput against concurrency: best vs baseline")
     return fig
 
@@ -473,6 +477,8 @@ def write_plots(study: optuna.Study, spec: StudySpec | None, out: Path) -> list[
                     fig = draw(study, spec)
                 if name == "contour":
                     title = f"Contour of {' x '.join(_contour_params(study, spec) or [])}"  # noqa: PLW2901
+                fig.update_layout(title=f"{fig.layout.title.text or title} (study {study.study_name})",
+                                  height=fig.layout.height or PLOT_HEIGHT)
                 path = out / f"{name}.html"
                 fig.write_html(str(path), include_plotlyjs="directory")
                 done.append(PlotResult(name, title, path))
@@ -546,7 +552,9 @@ def best_unit(t: FrozenTrial, spec: StudySpec, env: dict[str, str]) -> str:
     target = spec.targets.get(t.user_attrs.get("target") or "") or spec.target(None)
     lines = [
         f"# The best config of autotune study {spec.name!r}: trial {t.number} (value {values}),",
-        f"# {', '.join(f'{k}={v}' for k, v in t.params.items()) or 'the fixed args'}.",
+        f"# Sampled params: {', '.join(f'{k}={v}' for k, v in t.params.items()) or 'none (the fixed args)'}; "
+        "ExecStart= is the",
+        "# effective command line the trial measured.",
         "# Written by `autotune best --format unit`. Install as /etc/systemd/system/NAME.service, then",
         "#   systemctl daemon-reload && systemctl enable --now NAME.service",
     ]

@@ -24,7 +24,7 @@ MAX_ENUMERATION = 100_000
 class Candidate:
     params: dict[str, ArgValue]     # the values the sampler chose (empty for a baseline without tuned flags)
     args: Args                      # every server flag, after the engine's rules
-    key: str                        # config_key(args): equal for configs the engine runs identically
+    key: str                        # Space.key(args): equal for configs the engine runs identically
 
     def tuned(self, names: list[str]) -> dict[str, ArgValue]:
         """The effective values of the tuned flags (what the server must report back)."""
@@ -49,7 +49,7 @@ class Space:
     def candidate(self, params: dict[str, ArgValue]) -> Candidate:
         """The effective config for ``params``; raises ``InvalidConfig`` if the engine would reject it."""
         args = self.engine.resolve({**self.fixed, **params})
-        return Candidate(params=dict(params), args=args, key=config_key(args))
+        return Candidate(params=dict(params), args=args, key=self.key(args))
 
     def baseline_params(self) -> dict[str, ArgValue]:
         """The study's fixed values of tuned flags that lie inside the space: the baseline's params for the
@@ -58,7 +58,12 @@ class Space:
 
     def baseline(self) -> Candidate:
         args = self.engine.resolve(dict(self.fixed))
-        return Candidate(params=self.baseline_params(), args=args, key=config_key(args))
+        return Candidate(params=self.baseline_params(), args=args, key=self.key(args))
+
+    def key(self, args: Args) -> str:
+        """The config key: every flag but the port, which says where a config runs, not what it is (workers on
+        several targets must recognise each other's configs)."""
+        return config_key({k: v for k, v in args.items() if k != self.engine.port_flag})
 
     def grid(self) -> dict[str, list[ArgValue]]:
         """Every value of every parameter, for Optuna's GridSampler."""

@@ -1,6 +1,8 @@
 """Where studies live: Optuna's RDB storage on SQLite (one tuner) or PostgreSQL (several workers)."""
 from __future__ import annotations
 
+import time
+import warnings
 from pathlib import Path
 
 import optuna
@@ -12,19 +14,36 @@ from autotune.errors import UserError
 SQLITE_TIMEOUT = 30
 
 
-def open_storage(url: str, create: bool = True) -> optuna.storages.RDBStorage:
-    """Open (and with ``create`` make) the storage at ``url``; errors become one line."""
+def open_storage(url: str, create: bool = True, heartbeat: float | None = None) -> optuna.storages.RDBStorage:
+    """Open (and with ``create`` make) the storage at ``url``; errors become one line.
+
+    ``heartbeat`` (seconds) makes running trials beat, so that a trial whose worker died is failed (after three
+    missed beats) and its config queued again by another worker. SQLite has one worker and no heartbeat: the next
+    start sweeps what a dead tuner left.
+    """
     kwargs: dict = {}
+    if heartbeat is not None and not url.startswith("sqlite:"):
+        from autotune.retry import stale_trial_callback
+
+        kwargs.update(heartbeat_interval=max(1, round(heartbeat)), grace_period=max(3, round(3 * heartbeat)),
+                      heartbeat_stale_trial_callback=stale_trial_callback)
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
         if not create and not path.exists():
             raise UserError(f"no study database at {path}: run `autotune run` first")
         path.parent.mkdir(parents=True, exist_ok=True)
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT}}
-    try:
-        return optuna.storages.RDBStorage(url, **kwargs)
-    except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as e:
-        raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None
+    for attempt in range(5):
+        try:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: stable in use
+                return optuna.storages.RDBStorage(url, **kwargs)
+        except sqlalchemy.exc.IntegrityError:
+            # several workers creating the schema of a new database at once: one wins, the others load it
+            time.sleep(0.2 * (attempt + 1))
+        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as e:
+            raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None
+    raise UserError(f"cannot open storage {redact(url)}: its schema could not be created")
 
 
 def load_existing_study(name: str, url: str) -> optuna.Study:

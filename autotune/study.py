@@ -147,6 +147,7 @@ class StudySpec:
     seed: int | None
     startup_trials: int | None
     pruning: bool
+    heartbeat: float
     targets: dict[str, TargetSpec]
     engine: EngineSpec
     space: tuple[ParamSpec, ...]
@@ -218,7 +219,8 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     v.only(data, "", ("study", "target", "targets", "engine", "space", "workload", "constraints", "health"))
 
     study = v.table(data, "study")
-    v.only(study, "study", ("name", "storage", "trials", "sampler", "objective", "seed", "startup_trials", "pruning"))
+    v.only(study, "study", ("name", "storage", "trials", "sampler", "objective", "seed", "startup_trials", "pruning",
+                            "heartbeat"))
     name = v.get(study, "study", "name", str, path.stem)
     if not STUDY_NAME.match(name):
         v.fail("study", "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
@@ -230,6 +232,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     seed = v.integer(study, "study", "seed", None, low=0)
     startup_trials = v.integer(study, "study", "startup_trials", None, low=0)
     pruning = v.get(study, "study", "pruning", bool, objective != "pareto")
+    heartbeat = v.number(study, "study", "heartbeat", 10.0, low=1, high=600)
     if pruning and objective == "pareto":
         v.fail("study", "pruning", "is not available with objective = \"pareto\" (Optuna prunes single objectives only)")
 
@@ -245,7 +248,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
                 v.fail(f"space.{p.name}", "step", "is required for a float parameter with sampler = \"grid\"")
     return StudySpec(
         name=name, path=path, storage=storage, trials=trials, sampler=sampler, objective=objective, seed=seed,
-        startup_trials=startup_trials, pruning=pruning, targets=targets, engine=engine, space=space,
+        startup_trials=startup_trials, pruning=pruning, heartbeat=heartbeat, targets=targets, engine=engine, space=space,
         workload=workload, constraints=constraints, health=health, text=text,
     )
 

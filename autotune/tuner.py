@@ -25,23 +25,27 @@ from autotune import results
 from autotune.artifacts import open_store
 from autotune.bench.measure import Bench
 from autotune.bench.workload import load_prompts
+from autotune.budget import AdmissionLock, standing
 from autotune.engines import Engine, get_engine
 from autotune.errors import InvalidConfig, TrialFailure, UserError
 from autotune.health import wait_ready
 from autotune.logs import setup as setup_logging
 from autotune.objective import Objective, Phase, auth_headers
 from autotune.progress import Progress
+from autotune.retry import queue_again, should_retry
 from autotune.sampling import make_pruner, make_sampler
 from autotune.score import METRIC_NAMES, metrics_of
 from autotune.space import Space, describe
 from autotune.storage import load_existing_study, open_storage, redact
-from autotune.study import StudySpec
+from autotune.study import StudySpec, TargetSpec
 from autotune.targets import Target, make_target
 
 log = logging.getLogger("autotune")
 
 #: after an infrastructure failure, wait this long (doubling, capped) before the next trial
 BACKOFF_START, BACKOFF_CAP = 5.0, 300.0
+#: seconds between looks at a study whose last trials other workers are running
+WAIT_FOR_OTHERS = 2.0
 
 
 @dataclass
@@ -85,8 +89,9 @@ class Tuner:
         self.spec = spec
         self.options = options
         self.engine: Engine = get_engine(spec.engine.kind)
-        self.target_spec = spec.target(options.target)
-        self.space = Space(spec, self.engine, self.target_spec.server_port)
+        # commands that only read the study need no target; any target's port will do for the space
+        some_target = spec.targets.get(options.target or "", next(iter(spec.targets.values())))
+        self.space = Space(spec, self.engine, some_target.server_port)
         self.budget = options.trials or spec.trials
         self.deadline = deadline_of(options.timeout, options.until)
         self.storage_url = options.storage or spec.storage
@@ -95,6 +100,11 @@ class Tuner:
         self._progress = Progress(enabled=False)
 
     # -- checks that need nothing deployed -------------------------------------------------------------------
+
+    @property
+    def target_spec(self) -> TargetSpec:
+        """The target this tuner works on (--target, or the study's only one)."""
+        return self.spec.target(self.options.target)
 
     def validate(self) -> dict[str, Any]:
         """Everything that can be checked offline; raises ``UserError``. Returns a short description."""
@@ -131,7 +141,7 @@ class Tuner:
 
     def _open_study(self) -> optuna.Study:
         spec = self.spec
-        storage = open_storage(self.storage_url)
+        storage = self.storage = open_storage(self.storage_url, heartbeat=spec.heartbeat)
         existing = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
         created = spec.name not in existing
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions,
@@ -150,26 +160,29 @@ class Tuner:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(METRIC_NAMES[spec.objective])
-        if not any(t.user_attrs.get("baseline") for t in trials):
-            study.enqueue_trial(self.space.baseline_params(), user_attrs={"baseline": True})
         log.info("study %s: %s %s, storage %s, target %s (%s)", spec.name, "created" if created else "resumed",
                  f"{len(results.counted(trials))}/{self.budget} trials done", redact(self.storage_url),
                  self.target_spec.name, self.target_spec.kind)
-        self._sweep(study)
+        with AdmissionLock(storage, self.storage_url, spec.name):  # other workers may be starting too
+            if not any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
+                study.enqueue_trial(self.space.baseline_params(), user_attrs={"baseline": True})
+            self._sweep(study)
         return study
 
     def _sweep(self, study: optuna.Study) -> None:
-        """Trials left RUNNING on this target by a tuner that died: fail them and queue each config once more."""
+        """Trials left RUNNING on this target by a tuner that died: fail them and queue each config once more.
+
+        This target's lock is ours, so its RUNNING trials are stale. The sweep runs under the study's admission
+        lock, which a worker holds from creating a trial until the trial names its target: a RUNNING trial that
+        names none was left by a worker that died in between. Other targets' trials are their workers' business
+        (or the heartbeat's)."""
         trials = study.get_trials(deepcopy=False)
         again = results.retried(trials)
         for t in trials:
             if t.state != TrialState.RUNNING or t.user_attrs.get("target", self.target_spec.name) != self.target_spec.name:
                 continue
-            if t.number not in again and ("retry_of" not in t.user_attrs or t.user_attrs.get("reason") == "interrupted"):
-                attrs: dict[str, Any] = {"retry_of": t.number}
-                if t.user_attrs.get("baseline"):
-                    attrs["baseline"] = True
-                study.enqueue_trial(t.params, user_attrs=attrs)
+            if t.number not in again and should_retry(t.user_attrs, t.user_attrs.get("reason")):
+                queue_again(study, t.number, t.params, t.user_attrs)
                 log.info("trial %d was left running by a stopped tuner: failed, its config is queued again", t.number)
             else:
                 log.info("trial %d was left running by a stopped tuner: failed", t.number)
@@ -180,21 +193,32 @@ class Tuner:
                               should_stop=self._should_stop, on_phase=self._on_phase,
                               artifacts=open_store(self.spec.directory, self.spec.name))
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
+        admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
+        objective.on_start = admission.release
         stopped_by = "budget"
         backoff = 0.0
         try:
             while True:
-                trials = study.get_trials(deepcopy=False)
-                if len(results.counted(trials)) >= self.budget:
-                    break
                 if self._stop_reason:
                     stopped_by = "signal"
                     break
                 if self.deadline is not None and time.time() >= self.deadline:
                     stopped_by = "deadline"
                     break
-                objective.phase = Phase()
-                study.optimize(objective, n_trials=1, gc_after_trial=False)
+                with admission:
+                    done, running = standing(study)
+                    if done >= self.budget:
+                        break
+                    if done + running >= self.budget:
+                        if self.storage.get_heartbeat_interval() is None:
+                            break  # without heartbeats a dead worker's trial cannot be told from a live one
+                        # other workers run the last trials; stay in case one of them dies and its config returns
+                        admission.release()
+                        self._sleep(WAIT_FOR_OTHERS)
+                        optuna.storages.fail_stale_trials(study)
+                        continue
+                    objective.phase = Phase()
+                    study.optimize(objective, n_trials=1, gc_after_trial=False)
                 if objective.phase.trial is None:
                     continue
                 trial = study.get_trials(deepcopy=False)[objective.phase.trial]
@@ -227,10 +251,7 @@ class Tuner:
         trials = study.get_trials(deepcopy=False)
         t = trials[number]
         if t.state == TrialState.FAIL and number not in results.retried(trials) and "reason" not in t.user_attrs:
-            attrs: dict[str, Any] = {"retry_of": number}
-            if t.user_attrs.get("baseline"):
-                attrs["baseline"] = True
-            study.enqueue_trial(t.params, user_attrs=attrs)
+            queue_again(study, number, t.params, t.user_attrs)
 
     def _report(self, study: optuna.Study, t: FrozenTrial) -> None:
         """The one line per trial a user reads: number, params, result or failure reason, best so far."""

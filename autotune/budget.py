@@ -1,0 +1,64 @@
+"""The study's trial budget, shared by every worker of the study.
+
+A trial is admitted only while finished (counted) + running trials < budget, and the check and the creation of the
+trial happen under a lock every worker of the study takes, so several workers meet the budget exactly. The lock
+dies with its holder: a PostgreSQL advisory lock on its own connection, or an flock beside a SQLite database.
+"""
+from __future__ import annotations
+
+import fcntl
+import os
+import zlib
+from pathlib import Path
+from types import TracebackType
+
+import optuna
+import sqlalchemy
+from optuna.trial import TrialState
+
+from autotune import results
+
+
+class AdmissionLock:
+    """Held from the budget check until the new trial exists in storage."""
+
+    def __init__(self, storage: optuna.storages.RDBStorage, url: str, study_name: str) -> None:
+        self._key = zlib.crc32(f"autotune:{study_name}".encode()) & 0x7FFFFFFF
+        self._engine = storage.engine if url.startswith("postgresql") else None
+        self._path = Path(url[len("sqlite:///"):] + ".admission.lock") if url.startswith("sqlite:///") else None
+        self._held: object | None = None
+
+    def acquire(self) -> None:
+        if self._engine is not None:
+            conn = self._engine.connect()
+            conn.execute(sqlalchemy.text("SELECT pg_advisory_lock(:k)"), {"k": self._key})
+            self._held = conn
+        elif self._path is not None:
+            fd = os.open(self._path, os.O_RDWR | os.O_CREAT, 0o644)
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            self._held = fd
+
+    def release(self) -> None:
+        held, self._held = self._held, None
+        if held is None:
+            return
+        if isinstance(held, int):
+            os.close(held)  # closing the descriptor drops the flock
+        else:
+            held.execute(sqlalchemy.text("SELECT pg_advisory_unlock(:k)"), {"k": self._key})
+            held.close()
+
+    def __enter__(self) -> AdmissionLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.release()
+
+
+def standing(study: optuna.Study) -> tuple[int, int]:
+    """(finished trials that count, trials running now) in the study, all workers together."""
+    trials = study.get_trials(deepcopy=False)
+    again = results.retried(trials)
+    running = sum(1 for t in trials if t.state == TrialState.RUNNING and t.number not in again)
+    return len(results.counted(trials)), running

@@ -1,0 +1,66 @@
+"""One small real study shared by the report and dashboard tests: `autotune run` on the emulator, a grid with a
+config that crashes at startup (a PRUNED trial with a server log) and one that repeats an earlier effective config
+(a reused measurement). Run once per test session, on first use."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from autotune.cli import main
+from tests.conftest import run_autotune
+from tests.studies import status, write_study
+
+SPACE = """
+[space.speculative-num-steps]
+type = "categorical"
+choices = [1, 3]
+[space.speculative-eagle-topk]
+type = "categorical"
+choices = [1, 2]
+[space.speculative-num-draft-tokens]
+type = "categorical"
+choices = [2, 3]
+[space.sim-fault]
+type = "categorical"
+choices = ["slow-start:0", "startup-crash"]
+"""
+TRIALS = 6
+
+_made: dict[str, Any] = {}
+
+
+def small_study(factory: pytest.TempPathFactory) -> Path:
+    """The study file of a finished 6-trial study (made on the first call)."""
+    if "path" not in _made:
+        directory = factory.mktemp("small-study")
+        path = write_study(directory, sampler="grid", trials=TRIALS, space=SPACE,
+                           args={"sim-time-scale": 0.001, "sim-speedup": 50},
+                           workload="max_tokens = 24\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1\nmax_repeats = 1")
+        r = run_autotune("run", "--study", str(path), cwd=directory,
+                         env={"XDG_STATE_HOME": str(directory / "state")})
+        assert r.returncode == 0, r.stderr + r.stdout
+        trials = status(path)["trials"]
+        assert len(trials) == TRIALS
+        assert any(t["reason"] == "crashed" and t["state"] == "PRUNED" for t in trials), trials
+        _made["path"], _made["status"] = path, trials
+    return _made["path"]
+
+
+def small_study_trials() -> list[dict[str, Any]]:
+    """`autotune status --json` of the small study, as read right after it ran."""
+    return _made["status"]
+
+
+def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    """The command line in this process, for cheap checks that start nothing: exit status, stdout, stderr."""
+    monkeypatch.setattr(sys, "argv", ["autotune", *args])
+    code = 0
+    try:
+        main()
+    except SystemExit as e:
+        code = int(e.code or 0)
+    out, err = capsys.readouterr()
+    return code, out, err

@@ -1,0 +1,139 @@
+"""Several targets, one study, workers sharing a real PostgreSQL server."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import optuna
+import pytest
+
+from tests.conftest import free_port, run_autotune
+from tests.studies import SPEC_SPACE, status
+from tests.support import postgres
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[str]:
+    url = os.environ.get(postgres.ENV)
+    if url:
+        yield url
+        return
+    if postgres.find_bin("initdb") is None:
+        pytest.skip(f"PostgreSQL is not installed ({postgres.APT_HINT}) and {postgres.ENV} is not set")
+    root = postgres.new_root()
+    yield postgres.start(root)
+    postgres.stop(root)
+
+
+@pytest.fixture
+def database(postgres_server: str) -> str:
+    return postgres.new_database(postgres_server)
+
+
+def write_multi(directory: Path, storage: str, targets: list[str], trials: int) -> tuple[Path, dict[str, int]]:
+    ports = {name: free_port() for name in targets}
+    tables = "".join(f'[targets.{name}]\nkind = "local"\nserver_port = {port}\n\n' for name, port in ports.items())
+    text = f"""[study]
+trials = {trials}
+storage = "{storage}"
+heartbeat = 1
+seed = 3
+
+{tables}
+[engine]
+kind = "sglang"
+command = ["autotune-sim"]
+
+[engine.args]
+model-path = "/shared/models/Qwen3.5-122B-A10B"
+tp-size = 4
+speculative-algorithm = "EAGLE"
+speculative-num-steps = 1
+speculative-eagle-topk = 1
+speculative-num-draft-tokens = 2
+sim-time-scale = 0.01
+sim-speedup = 10
+{SPEC_SPACE}
+[workload]
+max_tokens = 48
+concurrency = [1, 4]
+requests = 4
+warmup = 1
+
+[health]
+interval = 0.25
+timeout = 30
+"""
+    path = directory / "multi.toml"
+    path.write_text(text)
+    return path, ports
+
+
+def load(storage: str) -> optuna.Study:
+    return optuna.load_study(study_name="multi", storage=storage)
+
+
+def test_three_workers_share_one_study_exactly(tmp_path: Path, database: str) -> None:
+    study, _ = write_multi(tmp_path, database, ["a", "b", "c"], trials=10)
+    r = run_autotune("run", "--study", str(study), "--all-targets", cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:]
+    for name in ("a", "b", "c"):
+        assert f"[{name}] " in r.stdout and "stopped (budget)" in r.stdout
+
+    rows = status(study)["trials"]
+    retried = {t["retry_of"] for t in rows if t["retry_of"] is not None}
+    counted = [t for t in rows if t["number"] not in retried]
+    assert len(counted) == 10, "the budget is met exactly, across workers"
+    assert not [t for t in rows if t["state"] in ("RUNNING", "WAITING")]
+    assert {t["target"] for t in rows} == {"a", "b", "c"}, "every worker contributed"
+    assert sum(t["baseline"] for t in rows) == 1
+
+    # no effective config was ever deployed by two workers at the same time
+    trials = load(database).get_trials()
+    deployed = [t for t in trials if "command" in t.user_attrs and "reused_from" not in t.user_attrs]
+    for i, a in enumerate(deployed):
+        for b in deployed[i + 1:]:
+            if a.user_attrs["config_key"] == b.user_attrs["config_key"]:
+                assert a.datetime_complete <= b.datetime_start or b.datetime_complete <= a.datetime_start
+
+
+def test_a_killed_worker_has_its_trial_retried_by_another(tmp_path: Path, database: str) -> None:
+    study, ports = write_multi(tmp_path, database, ["a", "b"], trials=6)
+    workers = {name: subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study), "--target",
+                                       name], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+               for name in ("a", "b")}
+    try:
+        victim = None
+        deadline = time.monotonic() + 120
+        while victim is None and time.monotonic() < deadline:
+            try:
+                running = load(database).get_trials(states=(optuna.trial.TrialState.RUNNING,))
+            except KeyError:
+                running = []
+            victim = next((t.number for t in running if t.user_attrs.get("target") == "a"
+                           and "command" in t.user_attrs), None)
+            time.sleep(0.1)
+        assert victim is not None, "worker a never deployed a trial"
+        os.kill(workers["a"].pid, signal.SIGKILL)
+        workers["a"].wait()
+        assert workers["b"].wait(timeout=300) == 0, workers["b"].stderr.read().decode()[-2000:]
+    finally:
+        for proc in workers.values():
+            if proc.poll() is None:
+                proc.kill()
+        subprocess.run(["pkill", "-f", f"--port {ports['a']}"], check=False)  # worker a's orphaned server
+
+    rows = status(study)["trials"]
+    dead = rows[victim]
+    assert dead["state"] == "FAIL" and dead["target"] == "a"
+    retry = [t for t in rows if t["retry_of"] == victim]
+    assert len(retry) == 1 and retry[0]["target"] == "b" and retry[0]["params"] == dead["params"]
+    assert retry[0]["state"] in ("COMPLETE", "PRUNED")
+    retried = {t["retry_of"] for t in rows if t["retry_of"] is not None}
+    assert len([t for t in rows if t["number"] not in retried]) == 6
+    assert not [t for t in rows if t["state"] in ("RUNNING", "WAITING")]

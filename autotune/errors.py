@@ -47,6 +47,7 @@ REASONS: dict[str, bool] = {
     "ssh_lost": False,           # the SSH connection to the target dropped
     "deploy_failed": False,      # the target could not start the server (missing command, unwritable unit)
     "interrupted": False,        # the tuner was stopped in the middle of the trial
+    "baseline_pending": False,   # measured before the baseline it is relative to (another worker's) was
     "stale": False,              # left RUNNING by a tuner that died
     "tuner_error": False,        # a bug in autotune itself (logged with its traceback)
 }

@@ -32,7 +32,7 @@ from autotune.bench.measure import Bench, Measurement
 from autotune.engines import Engine, ServerInfo
 from autotune.errors import InvalidConfig, TrialFailure
 from autotune.health import check_alive, wait_ready
-from autotune.retry import queue_again, should_retry
+from autotune.retry import fail_stale, queue_again, should_retry
 from autotune.score import (
     constraint_values,
     metrics_of,
@@ -318,8 +318,10 @@ class Objective:
         return None
 
     def _await_reference(self, trial: optuna.Trial) -> dict[str, Any] | None:
-        """The baseline's figures, once the baseline (run by another worker) is measured. None if it never will be
-        (it failed): then every trial's value is the raw geometric mean, the same for all."""
+        """The baseline's figures, once another worker has measured the baseline. None if it never will be (it
+        failed): then every trial's value is the raw geometric mean, the same for all. Waits only while the baseline
+        is running; a baseline waiting in the queue (its worker died) would wait for this worker, so this trial is
+        queued again behind it instead."""
         while True:
             reference = trial.study.user_attrs.get("reference")
             if reference is not None:
@@ -328,13 +330,11 @@ class Objective:
                        if t.user_attrs.get("baseline") and t.number != trial.number]
             if not pending:
                 return None
+            if all(t.state == TrialState.WAITING for t in pending):
+                raise TrialFailure("baseline_pending", f"the baseline (trial {pending[0].number}) is queued again")
             self._phase(trial, "waiting for the baseline", f"trial {pending[0].number}")
-            deadline = time.monotonic() + TWIN_POLL
-            while time.monotonic() < deadline:
-                if self.should_stop():
-                    raise TrialFailure("interrupted", "stop requested while waiting for the baseline")
-                time.sleep(0.2)
-            optuna.storages.fail_stale_trials(trial.study)
+            self._pause(TWIN_POLL, "waiting for the baseline")
+            fail_stale(trial.study)
 
     def _wait_for_twin(self, trial: optuna.Trial, key: str) -> None:
         """Another worker runs the same effective config under an earlier trial: wait for its result instead of
@@ -346,12 +346,15 @@ class Objective:
                 return
             self._phase(trial, "waiting for a twin", f"trial {twins[0]}")
             log.info("trial %d waits for trial %d (same config, another worker)", trial.number, twins[0])
-            deadline = time.monotonic() + TWIN_POLL
-            while time.monotonic() < deadline:
-                if self.should_stop():
-                    raise TrialFailure("interrupted", f"stop requested while waiting for trial {twins[0]}")
-                time.sleep(0.2)
-            optuna.storages.fail_stale_trials(trial.study)
+            self._pause(TWIN_POLL, f"waiting for trial {twins[0]}")
+            fail_stale(trial.study)
+
+    def _pause(self, seconds: float, what: str) -> None:
+        deadline = time.monotonic() + seconds
+        while time.monotonic() < deadline:
+            if self.should_stop():
+                raise TrialFailure("interrupted", f"stop requested while {what}")
+            time.sleep(0.2)
 
     def _phase(self, trial: optuna.Trial, name: str, detail: str = "") -> None:
         now = time.monotonic()

@@ -4,6 +4,7 @@ counts towards the budget (results.counted)."""
 from __future__ import annotations
 
 import logging
+import warnings
 from typing import Any
 
 import optuna
@@ -20,9 +21,22 @@ def queue_again(study: optuna.Study, number: int, params: dict[str, Any], user_a
     study.enqueue_trial(params, user_attrs=attrs)
 
 
+#: reasons that say nothing about the config however often they happen: always retried
+ALWAYS_RETRIED = ("interrupted", "baseline_pending")
+
+
 def should_retry(user_attrs: dict[str, Any], reason: str | None) -> bool:
-    """Each config is retried once; a stop request is always worth another try (the user asked, not the config)."""
-    return "retry_of" not in user_attrs or reason == "interrupted"
+    """Each config is retried once; a stop request (the user asked) or a missing baseline (the study's order) is
+    always worth another try."""
+    return "retry_of" not in user_attrs or reason in ALWAYS_RETRIED
+
+
+def fail_stale(study: optuna.Study) -> None:
+    """Fail the trials whose workers stopped beating (a no-op without heartbeats); the storage's callback queues
+    their configs again."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+        optuna.storages.fail_stale_trials(study)
 
 
 def stale_trial_callback(study: optuna.Study, trial: FrozenTrial) -> None:

@@ -32,7 +32,7 @@ from autotune.health import wait_ready
 from autotune.logs import setup as setup_logging
 from autotune.objective import Objective, Phase, auth_headers
 from autotune.progress import Progress
-from autotune.retry import queue_again, should_retry
+from autotune.retry import fail_stale, queue_again, should_retry
 from autotune.sampling import make_pruner, make_sampler
 from autotune.score import METRIC_NAMES, metrics_of
 from autotune.space import Space, describe
@@ -134,7 +134,11 @@ class Tuner:
             with target.lock(self.spec.name):
                 study = self._open_study()
                 self._progress.update(study)
-                return self._run(study, target)
+                try:
+                    return self._run(study, target)
+                finally:
+                    if not target.keeps_server:
+                        target.stop()  # however the run ended, a local server never outlives its tuner
         finally:
             self._progress.close()
             target.close()
@@ -215,7 +219,7 @@ class Tuner:
                         # other workers run the last trials; stay in case one of them dies and its config returns
                         admission.release()
                         self._sleep(WAIT_FOR_OTHERS)
-                        optuna.storages.fail_stale_trials(study)
+                        fail_stale(study)
                         continue
                     objective.phase = Phase()
                     study.optimize(objective, n_trials=1, gc_after_trial=False)

@@ -30,6 +30,10 @@ for tool in cmake python3 tar; do
 done
 command -v c++ >/dev/null 2>&1 || command -v g++ >/dev/null 2>&1 || die "no C++ compiler (c++/g++) on PATH"
 
+# GGML_OPENMP stays at its default (ON): one OpenMP thread team serves both the target and the draft context, where
+# ggml's own threadpools (OFF) give each context a pool whose idle workers spin while the other computes; on 2 cores
+# that made draft-simple 3-10x slower. The binary then needs the system's libgomp (installed with gcc).
+#
 # CPU features: GGML_NATIVE=OFF so the binary never enables AMX (ggml_backend_amx_mul_mat segfaults on these VMs);
 # the x86 SIMD levels are switched on explicitly, AVX-512 only where this CPU has it (an AVX-512 build dies with
 # SIGILL on a CPU without it, e.g. the AMD EPYC CI machines).
@@ -48,7 +52,6 @@ cmake_flags=(
     -DGGML_AMX_TILE=OFF
     -DGGML_AMX_INT8=OFF
     -DGGML_AMX_BF16=OFF
-    -DGGML_OPENMP=OFF
     -DLLAMA_CURL=OFF
     -DLLAMA_OPENSSL=OFF
     -DLLAMA_BUILD_TESTS=OFF

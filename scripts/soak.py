@@ -152,7 +152,7 @@ def main() -> None:
             healthy = check_server(port, best, sshd is not None)
         finally:
             if sshd is not None:
-                subprocess.run(["pkill", "-f", f"--port {port}"], check=False)
+                subprocess.run(["pkill", "-f", "--", f"--port {port}"], check=False)
                 sshd.stop()
     retried = {r["retry_of"] for r in rows if r["retry_of"] is not None}
     counted = [r for r in rows if r["number"] not in retried and r["state"] not in ("RUNNING", "WAITING")]

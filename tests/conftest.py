@@ -28,3 +28,40 @@ def run_autotune(*args: str, cwd: Path | None = None, timeout: float = 300,
     """Run the real `autotune` command line in a subprocess."""
     return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, capture_output=True, text=True,
                           timeout=timeout, env={**os.environ, **(env or {})})
+
+
+def _emulators() -> set[int]:
+    pids = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes()
+            except OSError:
+                continue
+            if b"autotune-sim" in cmd or b"autotune.sim" in cmd:
+                pids.add(int(entry.name))
+    return pids
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _no_leaked_servers() -> object:
+    """Every emulator a test starts must be stopped by the code under test or the test; whatever survives the
+    session is killed here and reported, so CI machines stay clean and leaks are seen."""
+    before = _emulators()
+    yield
+    import signal
+    import time
+
+    time.sleep(0.5)
+    leaked = _emulators() - before
+    for pid in leaked:
+        try:
+            os.killpg(pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+    if leaked:
+        print(f"\nwarning: {len(leaked)} emulator process(es) outlived the tests and were killed: {sorted(leaked)}",
+              file=sys.__stderr__)

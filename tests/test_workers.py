@@ -126,7 +126,7 @@ def test_a_killed_worker_has_its_trial_retried_by_another(tmp_path: Path, databa
         for proc in workers.values():
             if proc.poll() is None:
                 proc.kill()
-        subprocess.run(["pkill", "-f", f"--port {ports['a']}"], check=False)  # worker a's orphaned server
+        subprocess.run(["pkill", "-f", "--", f"--port {ports['a']}"], check=False)  # worker a's orphaned server
 
     rows = status(study)["trials"]
     dead = rows[victim]

@@ -428,7 +428,11 @@ class LlamaCpp(Engine):
         if n:
             # the first token comes from the prompt pass; every later target decode step yields one token plus
             # the draft tokens it accepted, so decode steps = n - 1 - accepted. As SGLang's spec_accept_length
-            # (completion_tokens / spec_verify_ct): accept_length = n / decode steps.
+            # (completion_tokens / spec_verify_ct): accept_length = n / decode steps. The server leaves draft_n
+            # out when nothing was drafted (speculation off, or no n-gram match): accept_length is then None,
+            # but verify_steps still counts the request's decode steps, so a level's tokens / verify steps stays
+            # exact for an n-gram type that drafted for some requests only (and is n / (n - 1) without speculation).
+            # (The server's own log line "mean len" is 1 + accepted / steps-with-a-draft: a different figure.)
             acc = int(accepted) if isinstance(accepted, (int, float)) else 0
             verify_steps = max(n - 1 - acc, 0)
             if "draft_n" in timings and verify_steps > 0:

@@ -95,7 +95,7 @@ log "configuring llama.cpp in $src"
 cmake -S "$src" -B "$work/build" "${cmake_flags[@]}" >"$work/cmake-configure.log" 2>&1 \
     || { tail -n 40 "$work/cmake-configure.log" >&2; die "cmake configure failed (log above)"; }
 
-log "building target llama-server with $jobs jobs (about 5 minutes on 2 cores)"
+log "building target llama-server with $jobs jobs (about 9 minutes on 2 idle cores, longer on a busy machine)"
 start=$SECONDS
 cmake --build "$work/build" --target llama-server -j "$jobs" >"$work/cmake-build.log" 2>&1 \
     || { tail -n 60 "$work/cmake-build.log" >&2; die "cmake build failed (log above)"; }

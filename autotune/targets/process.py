@@ -39,7 +39,9 @@ from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description
 from autotune.study import TargetSpec
 from autotune.targets.base import Deployment, Target
-from autotune.targets.ssh import READ_LIMIT, LogFollower, RemoteLock, SSHConnection, sh_command
+from autotune.targets.logfollow import LogFollower
+from autotune.targets.remote_lock import RemoteLock
+from autotune.targets.ssh import READ_LIMIT, SSHConnection, sh_command
 
 STOP_GRACE = 10.0      # seconds between SIGTERM and SIGKILL
 PORT_WAIT = 30.0       # seconds to wait for the port to be released once the group is gone

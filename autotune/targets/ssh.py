@@ -1,4 +1,4 @@
-"""One SSH connection per remote target (paramiko): exec, SFTP, a local port forward and a lock on the target.
+"""One SSH connection per remote target (paramiko): exec, SFTP and port forwarding (forward.py) share it.
 
 Everything a remote target does goes through ``SSHConnection``:
 
@@ -23,7 +23,6 @@ Everything a remote target does goes through ``SSHConnection``:
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
 import posixpath
@@ -34,14 +33,15 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import paramiko
 
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import describe
 from autotune.study import TargetSpec
+
+if TYPE_CHECKING:
+    from autotune.targets.forward import LocalForward
 
 log = logging.getLogger(__name__)
 
@@ -68,7 +68,7 @@ class _QuietRefusedForwards(logging.Filter):
 logging.getLogger("paramiko.transport").addFilter(_QuietRefusedForwards())
 
 # errors that mean "the connection (or the network under it) failed", as opposed to a remote error answer
-_LINK_ERRORS = (paramiko.SSHException, EOFError, TimeoutError, ConnectionError)
+LINK_ERRORS = (paramiko.SSHException, EOFError, TimeoutError, ConnectionError)
 
 
 @dataclass(frozen=True)
@@ -208,8 +208,8 @@ class SSHConnection:
                 self._client = self._open_client()
             except UserError:
                 raise
-            except (*_LINK_ERRORS, OSError) as e:
-                last = _describe_error(e)
+            except (*LINK_ERRORS, OSError) as e:
+                last = describe_error(e)
                 if time.monotonic() + delay > deadline:
                     what = "cannot connect to" if first else "lost the SSH connection to"
                     raise TrialFailure(
@@ -333,25 +333,25 @@ class SSHConnection:
                     raise TrialFailure("ssh_lost", f"{what}: no answer from {self.label} within "
                                                    f"{self.sftp_timeout:g} s") from None
                 cause = e
-            except _LINK_ERRORS as e:
+            except LINK_ERRORS as e:
                 if self._alive(transport):
                     self._reset_sftp()
                     # a channel that never opened ran nothing: even a non-idempotent call may try again
                     if (retry or isinstance(e, _OpenFailed)) and attempt == 0:
                         log.info("ssh %s: %s failed on a live connection (%s); retrying", self.label, what,
-                                 _describe_error(e))
+                                 describe_error(e))
                         continue
-                    raise TrialFailure("ssh_lost", f"{what} failed on {self.label}: {_describe_error(e)}") from None
+                    raise TrialFailure("ssh_lost", f"{what} failed on {self.label}: {describe_error(e)}") from None
                 cause = e
             except OSError as e:
                 if transport.is_active():
                     raise  # a remote error answer (e.g. an SFTP "no such file"), not a connection problem
                 cause = e
-            log.warning("ssh %s: %s failed (%s); reconnecting", self.label, what, _describe_error(cause))
+            log.warning("ssh %s: %s failed (%s); reconnecting", self.label, what, describe_error(cause))
             self._drop(generation)
             if not retry or attempt == 1:
                 raise TrialFailure("ssh_lost", f"connection to {self.label} dropped during {what}: "
-                                               f"{_describe_error(cause)}")
+                                               f"{describe_error(cause)}")
         raise AssertionError("unreachable")
 
     def _reset_sftp(self) -> None:
@@ -569,6 +569,7 @@ class SSHConnection:
     def forward(self, remote_port: int, remote_host: str = "127.0.0.1") -> LocalForward:
         """A local listener on 127.0.0.1 whose connections reach ``remote_host:remote_port`` as seen from the
         target, through this connection (the same local port for the connection's whole life)."""
+        from autotune.targets.forward import LocalForward  # forward.py builds on this module
         with self._lock:
             key = (remote_host, remote_port)
             fwd = self._forwards.get(key)
@@ -587,7 +588,7 @@ class _RemoteTimeout(Exception):
         self.seconds = seconds
 
 
-def _describe_error(e: BaseException) -> str:
+def describe_error(e: BaseException) -> str:
     if isinstance(e, paramiko.ssh_exception.NoValidConnectionsError):
         return "connection refused"
     if isinstance(e, TimeoutError):
@@ -615,302 +616,3 @@ def _is_dir(s: paramiko.SFTPClient, path: str) -> bool:
         return stat_mod.S_ISDIR(s.stat(path).st_mode or 0)
     except FileNotFoundError:
         return False
-
-
-class LocalForward:
-    """127.0.0.1:<port> on this machine -> ``remote_host:remote_port`` from the target, through the SSH connection.
-
-    Each accepted connection opens a paramiko ``direct-tcpip`` channel (what ``ssh -L`` does); a dropped SSH
-    connection is reopened by the next accepted connection, so the local port (and a deployment's base_url) stays
-    valid across reconnections. A connection the target cannot complete (nothing listens yet) is closed at once,
-    which an HTTP client sees as a failed request.
-    """
-
-    def __init__(self, conn: SSHConnection, remote_host: str, remote_port: int) -> None:
-        self.conn = conn
-        self.remote = (remote_host, remote_port)
-        self.closed = False
-        self._sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        self._sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self._sock.bind(("127.0.0.1", 0))
-        self._sock.listen(128)
-        self.port: int = self._sock.getsockname()[1]
-        self._thread = threading.Thread(target=self._accept_loop, name=f"ssh-forward-{self.port}", daemon=True)
-        self._thread.start()
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def close(self) -> None:
-        self.closed = True
-        with contextlib.suppress(OSError):
-            self._sock.shutdown(socket.SHUT_RDWR)
-        with contextlib.suppress(OSError):
-            self._sock.close()
-
-    def _accept_loop(self) -> None:
-        while not self.closed:
-            try:
-                client, peer = self._sock.accept()
-            except OSError:
-                if self.closed:
-                    return
-                time.sleep(0.05)
-                continue
-            threading.Thread(target=self._serve, args=(client, peer), daemon=True,
-                             name=f"ssh-forward-{self.port}-{peer[1]}").start()
-
-    def _open_channel(self, peer: tuple[str, int]) -> paramiko.Channel | None:
-        """A direct-tcpip channel for one accepted connection, or None to refuse it. Only a connection that is
-        really gone (closed, or silent) is dropped and reopened; a refusal drops nothing."""
-        for _attempt in range(2):
-            try:
-                transport = self.conn.transport()
-            except (TrialFailure, UserError) as e:
-                log.warning("ssh forward %s: %s", self.port, e)
-                return None
-            generation = self.conn.generation
-            try:
-                return transport.open_channel("direct-tcpip", self.remote, peer,
-                                              timeout=self.conn.spec.connect_timeout)
-            except paramiko.ChannelException:
-                return None  # the target could not connect (nothing listens there yet): refuse this one
-            except (*_LINK_ERRORS, OSError) as e:
-                if self.conn._alive(transport):
-                    log.debug("ssh forward %s: %s", self.port, _describe_error(e))
-                    return None
-                self.conn._drop(generation)
-        return None
-
-    def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:
-        chan = self._open_channel(peer)
-        if chan is None:
-            with contextlib.suppress(OSError):
-                client.close()
-            return
-        # one thread per direction, blocking; no select() on Channel.fileno() (see SSHConnection._exec)
-        back = threading.Thread(target=self._to_client, args=(chan, client), daemon=True,
-                                name=f"ssh-forward-{self.port}-{peer[1]}-back")
-        back.start()
-        try:
-            client.setblocking(True)
-            while not self.closed:
-                data = client.recv(65536)
-                if not data:
-                    break
-                chan.sendall(data)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
-        finally:
-            with contextlib.suppress(Exception):
-                chan.close()  # ends chan.recv in the other direction
-            with contextlib.suppress(OSError):
-                client.shutdown(socket.SHUT_RDWR)
-            back.join(10)
-            with contextlib.suppress(OSError):
-                client.close()  # only once both directions are done with it
-
-    @staticmethod
-    def _to_client(chan: paramiko.Channel, client: socket.socket) -> None:
-        try:
-            while True:
-                data = chan.recv(65536)
-                if not data:
-                    break
-                client.sendall(data)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
-        finally:
-            with contextlib.suppress(OSError):
-                client.shutdown(socket.SHUT_RDWR)  # ends client.recv in the serving thread
-
-
-class LogFollower:
-    """Keeps a remote deployment's local log file filling by itself, as a local server's log does.
-
-    ``fetch()`` returns the log text that appeared on the target since its previous call. A background thread
-    calls it every ``interval`` seconds and appends the text to ``log_path``; ``read()`` fetches once more and
-    returns everything that arrived since the previous ``read()`` (so readiness and liveness checks see every
-    line, and the trial's log file is complete even while nobody reads it, e.g. during the benchmark).
-    """
-
-    PENDING_LIMIT = 1 << 20     # characters of unread text kept for read(); the file keeps everything
-
-    def __init__(self, fetch: Callable[[], str], log_path: Path, interval: float, name: str) -> None:
-        self._fetch = fetch
-        self.log_path = log_path
-        self.interval = interval
-        self._pending: list[str] = []
-        self._pending_size = 0
-        self._lock = threading.Lock()
-        self._stopped = threading.Event()
-        self._thread = threading.Thread(target=self._run, name=f"log-{name}", daemon=True)
-        self._thread.start()
-
-    def read(self) -> str:
-        with self._lock:
-            text = "".join(self._pending) + self._pull()
-            self._pending.clear()
-            self._pending_size = 0
-            return text
-
-    def stop(self) -> None:
-        """Stop following (a last fetch first, so the file ends with what the server wrote)."""
-        if self._stopped.is_set():
-            return
-        self._stopped.set()
-        with contextlib.suppress(Exception), self._lock:
-            self._keep(self._pull())
-
-    def _pull(self) -> str:
-        text = self._fetch()
-        if text:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(text)
-        return text
-
-    def _keep(self, text: str) -> None:
-        if not text:
-            return
-        self._pending.append(text)
-        self._pending_size += len(text)
-        while self._pending_size > self.PENDING_LIMIT and len(self._pending) > 1:
-            self._pending_size -= len(self._pending.pop(0))
-
-    def _run(self) -> None:
-        while not self._stopped.wait(self.interval):
-            try:
-                with self._lock:
-                    if self._stopped.is_set():
-                        return
-                    self._keep(self._pull())
-            except TrialFailure as e:
-                if "was closed" in e.detail:
-                    return  # the target was closed: nothing more to follow
-                log.debug("log follower %s: %s", self._thread.name, e)
-            except (UserError, OSError, ValueError, EOFError, paramiko.SSHException) as e:
-                log.debug("log follower %s: %s", self._thread.name, e)  # the next read() reports real problems
-
-
-class RemoteLock:
-    """One tuner per target, enforced ON the target: ``flock -n LOCKFILE`` held by a remote process for as long as
-    the tuner's SSH connection lives.
-
-    The holder runs ``flock -n -E 75 LOCKFILE sh -c 'write holder file; echo locked; exec cat'``: ``cat`` reads the
-    channel until it closes, so the lock is released when the tuner releases it, exits, is killed, or loses its
-    connection (sshd closes the channel). A second tuner, from any machine, gets exit status 75 and is refused
-    with the holder description written beside the lock file. After a reconnection the lock is taken again; if
-    another tuner took it meanwhile, the study stops with that holder named.
-    """
-
-    BUSY = 75
-
-    def __init__(self, conn: SSHConnection, directory: str, identity: str, holder: dict[str, object]) -> None:
-        self.conn = conn
-        self.directory = directory
-        self.identity = identity
-        self.holder = holder
-        self._chan: paramiko.Channel | None = None
-        self._held = False          # between __enter__ and __exit__
-        self._acquiring = False     # guards the watcher while the holder process is being started
-
-    @property
-    def lock_file(self) -> str:
-        return posixpath.join(self.conn.resolve(self.directory), "lock")
-
-    @property
-    def holder_file(self) -> str:
-        return posixpath.join(self.conn.resolve(self.directory), "holder.json")
-
-    def __enter__(self) -> None:
-        try:
-            self._acquire()
-        except TrialFailure as e:
-            raise UserError(f"target {self.identity}: cannot take the lock on the target: {e.detail}") from None
-        self._held = True
-        self.conn.on_reconnect.append(self._reacquire)
-        self.conn.watchers.append(self._watch)
-
-    def __exit__(self, *exc: object) -> None:
-        self._held = False
-        with contextlib.suppress(ValueError):
-            self.conn.on_reconnect.remove(self._reacquire)
-        with contextlib.suppress(ValueError):
-            self.conn.watchers.remove(self._watch)
-        chan, self._chan = self._chan, None
-        if chan is not None:
-            with contextlib.suppress(Exception):
-                chan.shutdown_write()  # cat sees end of input and exits: the lock is free
-            with contextlib.suppress(Exception):
-                chan.close()
-
-    def _script(self) -> str:
-        d = self.conn.resolve(self.directory)
-        inner = 'printf "%s\\n" "$1" > "$2" && echo locked && exec cat'
-        return (
-            f"mkdir -p {shlex.quote(d)} && exec flock -n -E {self.BUSY} {shlex.quote(self.lock_file)} "
-            f"sh -c {shlex.quote(inner)} sh {shlex.quote(json.dumps(self.holder))} {shlex.quote(self.holder_file)}"
-        )
-
-    def _acquire(self) -> None:
-        """Start the holder process; raises UserError when another tuner holds the lock, TrialFailure (ssh_lost)
-        when the connection fails meanwhile."""
-        self._acquiring = True
-        try:
-            self._start_holder()
-        finally:
-            self._acquiring = False
-
-    def _start_holder(self) -> None:
-        chan = self.conn.open_exec(self._script())
-        timeout = max(5.0, float(self.conn.spec.connect_timeout))
-        deadline = time.monotonic() + timeout
-        buf = b""
-        while time.monotonic() < deadline:
-            if chan.recv_ready():
-                buf += chan.recv(1024)
-                if b"locked\n" in buf:
-                    self._chan = chan
-                    return
-                continue
-            if chan.exit_status_ready():
-                status = chan.recv_exit_status()
-                err = chan.recv_stderr(4096).decode("utf-8", "replace").strip() if chan.recv_stderr_ready() else ""
-                chan.close()
-                if status == self.BUSY:
-                    raise UserError(f"target {self.identity} is busy: held by {describe(self._current_holder())}")
-                raise UserError(f"target {self.identity}: cannot take the lock {self.lock_file} on the target "
-                                f"(status {status}{': ' + err if err else ''}; is flock from util-linux installed?)")
-            time.sleep(0.02)
-        chan.close()
-        raise UserError(f"target {self.identity}: no answer while taking the lock {self.lock_file}")
-
-    def _current_holder(self) -> dict[str, object] | None:
-        try:
-            text = self.conn.read_text(self.holder_file)
-            return json.loads(text) if text else None
-        except (ValueError, TrialFailure, OSError):
-            return None
-
-    def _watch(self) -> None:
-        """The holder process on the target is gone while the connection lives (killed there, or an earlier
-        re-take failed): take the lock again."""
-        if not self._held or self._acquiring:
-            return
-        chan = self._chan
-        if chan is None or chan.closed or chan.exit_status_ready() or chan.eof_received:
-            log.warning("ssh %s: the lock holder on the target ended; taking the lock again", self.conn.label)
-            self._reacquire()
-
-    def _reacquire(self) -> None:
-        """After a reconnection (the old holder died with the old connection) or a lost holder: take it again.
-        Raises UserError (another tuner took it meanwhile) or TrialFailure (ssh_lost; retried at the next call)."""
-        if not self._held or self._acquiring:
-            return
-        chan, self._chan = self._chan, None
-        if chan is not None:
-            with contextlib.suppress(Exception):
-                chan.close()
-        self._acquire()

@@ -40,8 +40,10 @@ from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description, state_dir
 from autotune.study import TargetSpec
 from autotune.targets.base import Deployment, Target
+from autotune.targets.logfollow import LogFollower
 from autotune.targets.process import FIND_PYTHON, HELPER, remote_base_url, remote_preflight
-from autotune.targets.ssh import Completed, LogFollower, RemoteLock, SSHConnection, sh_command
+from autotune.targets.remote_lock import RemoteLock
+from autotune.targets.ssh import Completed, SSHConnection, sh_command
 
 DROPIN_NAME = "zz-autotune.conf"
 SYSTEMCTL_TIMEOUT = 300.0   # start/stop wait for the unit's own TimeoutStartSec/TimeoutStopSec (90 s by default)

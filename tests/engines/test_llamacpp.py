@@ -297,6 +297,9 @@ real = pytest.mark.skipif(
 )
 
 FAST = {"c": 2048, "t": 2, "np": 2, "host": "127.0.0.1"}
+#: OpenMP threads that sleep instead of spinning at barriers: on a busy 2-core machine a spinning team runs up to
+#: 10x slower (the study sets the same in [engine.env])
+SERVER_ENV = {**os.environ, "OMP_WAIT_POLICY": "PASSIVE"}
 #: repetitive text, so the n-gram drafters find matches within a few dozen tokens
 REPEAT_PROMPT = ("one two three four five six seven eight nine ten, one two three four five six seven eight nine ten, "
                  "one two three four five six seven eight nine ten, one two")
@@ -315,7 +318,7 @@ class Server:
         self.argv = ENGINE.render([str(BINARY)], self.args)
         self.log_path = tmp / f"llama-{self.port}.log"
         self.log = self.log_path.open("w")
-        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(self.argv, stdout=self.log, stderr=subprocess.STDOUT, env=SERVER_ENV)
         # llama-server's HTTP layer closes idle keep-alive connections on its own: one connection per request
         self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=120,
                                    limits=httpx.Limits(max_keepalive_connections=0))
@@ -434,7 +437,7 @@ def test_real_draft_simple_acceptance(start) -> None:
 
 
 def _run_to_exit(argv: list[str], timeout: float = 60) -> tuple[int, list[str]]:
-    r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout)
+    r = subprocess.run(argv, check=False, capture_output=True, text=True, timeout=timeout, env=SERVER_ENV)
     return r.returncode, (r.stdout + r.stderr).splitlines()
 
 

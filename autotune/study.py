@@ -20,6 +20,10 @@ from autotune.engines import ENGINES, ArgValue
 from autotune.errors import UserError
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
+#: how the sampler meets a flag whose valid values depend on others (SGLang's draft tokens on steps and topk):
+#: "engine" draws it inside the range the engine accepts given the others; "fixed" draws the [space] range as
+#: written and leaves invalid combinations to be rejected before deploying (the grid sampler always does this)
+RANGES = ("engine", "fixed")
 OBJECTIVES = ("single", "concurrent", "weighted", "pareto")
 TARGET_KINDS = ("local", "ssh-process", "ssh-systemd")
 PARAM_TYPES = ("int", "float", "categorical")
@@ -155,6 +159,7 @@ class StudySpec:
     constraints: ConstraintSpec
     health: HealthSpec
     text: str = field(repr=False, default="")
+    ranges: str = "engine"
 
     @property
     def directory(self) -> Path:
@@ -220,7 +225,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
 
     study = v.table(data, "study")
     v.only(study, "study", ("name", "storage", "trials", "sampler", "objective", "seed", "startup_trials", "pruning",
-                            "heartbeat"))
+                            "heartbeat", "ranges"))
     name = v.get(study, "study", "name", str, path.stem)
     if not STUDY_NAME.match(name):
         v.fail("study", "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
@@ -231,6 +236,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     objective = v.choice(study, "study", "objective", OBJECTIVES, "weighted")
     seed = v.integer(study, "study", "seed", None, low=0)
     startup_trials = v.integer(study, "study", "startup_trials", None, low=0)
+    ranges = v.choice(study, "study", "ranges", RANGES, "engine")
     pruning = v.get(study, "study", "pruning", bool, objective != "pareto")
     heartbeat = v.number(study, "study", "heartbeat", 10.0, low=1, high=600)
     if pruning and objective == "pareto":
@@ -249,7 +255,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     return StudySpec(
         name=name, path=path, storage=storage, trials=trials, sampler=sampler, objective=objective, seed=seed,
         startup_trials=startup_trials, pruning=pruning, heartbeat=heartbeat, targets=targets, engine=engine, space=space,
-        workload=workload, constraints=constraints, health=health, text=text,
+        workload=workload, constraints=constraints, health=health, text=text, ranges=ranges,
     )
 
 

@@ -165,3 +165,29 @@ def test_sigkill_mid_trial_then_resume_loses_nothing(tmp_path: Path) -> None:
     counted = [t for t in trials if t["state"] != "RUNNING" and t["number"] != 2]
     assert len(counted) == 5, "the budget counts finished trials, the retried one excluded"
     assert not port_open(port_of(study)), "the orphaned server and the last one were stopped"
+
+
+def test_apply_deploys_the_best_or_a_chosen_trial_and_waits_until_healthy(tmp_path: Path) -> None:
+    import httpx
+
+    study = write_study(tmp_path, trials=3, sampler="grid", space=GRID_SPACE.replace("choices = [1, 2]", "choices = [2]")
+                        .replace("low = 2\nhigh = 4", "low = 2\nhigh = 3"))
+    assert run_autotune("run", "--study", str(study), cwd=tmp_path).returncode == 0
+    port = port_of(study)
+    best = json.loads(run_autotune("best", "--study", str(study), "--json").stdout)
+    try:
+        r = run_autotune("apply", "--study", str(study), cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        assert f"trial {best['number']} deployed and healthy" in r.stdout
+        info = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=5).json()
+        assert info["speculative_num_draft_tokens"] == best["params"]["speculative-num-draft-tokens"]
+
+        r = run_autotune("apply", "--study", str(study), "--trial", "0", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr
+        info = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=5).json()
+        assert (info["speculative_eagle_topk"], info["speculative_num_draft_tokens"]) == (1, 2)
+
+        r = run_autotune("apply", "--study", str(study), "--trial", "9", cwd=tmp_path)
+        assert r.returncode == 2 and "has no trial 9" in r.stderr
+    finally:
+        subprocess.run(["pkill", "-f", "--", f"--port {port}"], check=False)

@@ -8,10 +8,12 @@ from autotune.engines.base import (
     GenerationRequest,
     ServerInfo,
     StreamUpdate,
+    ValidRange,
     config_key,
 )
 
-__all__ = ["ENGINES", "ArgValue", "Args", "Engine", "GenerationRequest", "ServerInfo", "StreamUpdate", "config_key", "get_engine"]
+__all__ = ["ENGINES", "ArgValue", "Args", "Engine", "GenerationRequest", "ServerInfo", "StreamUpdate", "ValidRange",
+           "config_key", "get_engine"]
 
 ENGINES = ("sglang", "llamacpp")
 

@@ -46,6 +46,15 @@ class StreamUpdate:
 
 
 @dataclass(frozen=True)
+class ValidRange:
+    """What an engine accepts for one flag once the flags it depends on are chosen (``Engine.valid_range``)."""
+
+    low: float | None = None                # None: no lower bound of the engine's own
+    high: float | None = None               # None: no upper bound of the engine's own
+    irrelevant: bool = False                # the engine ignores or overrides the flag: every value runs the same
+
+
+@dataclass(frozen=True)
 class GenerationRequest:
     path: str
     body: dict[str, Any]
@@ -67,6 +76,16 @@ class Engine(ABC):
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
         """The config the engine would really run for ``args``: its rewrites applied, its defaults made explicit
         where they matter for comparing configs. Raises ``InvalidConfig`` for a config the engine rejects."""
+
+    def depends_on(self, name: str) -> tuple[str, ...]:
+        """The flags that decide which values of ``name`` the engine accepts (``valid_range``); () for a flag whose
+        values are independent of the others."""
+        return ()
+
+    def valid_range(self, name: str, args: Mapping[str, ArgValue]) -> ValidRange:
+        """The values of ``name`` the engine accepts given ``args`` (the fixed flags and the ``depends_on`` flags
+        chosen so far), so a search space can draw only those; ``ValidRange()`` when the engine sets no bound."""
+        return ValidRange()
 
     @abstractmethod
     def render(self, command: list[str], args: Mapping[str, ArgValue]) -> list[str]:

@@ -12,7 +12,7 @@ from typing import Any
 
 import httpx
 
-from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate
+from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate, ValidRange
 from autotune.errors import InvalidConfig
 
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
@@ -36,6 +36,15 @@ _FATAL: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Initialization failed\. warmup error"), "crashed"),
     (re.compile(r"^Traceback \(most recent call last\)"), "crashed"),
 ]
+
+DRAFT_TOKENS = "speculative-num-draft-tokens"
+
+
+def tree_capacity(steps: int, topk: int) -> int:
+    """The most draft tokens an EAGLE tree of ``steps`` x ``topk`` holds (the root included); more is rejected with
+    "selected index k out of range"."""
+    return topk + (steps - 1) * topk * topk + 1
+
 
 _CAPACITY = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)(?:.*?context_len=(\d+))?")
 
@@ -70,10 +79,10 @@ class SGLang(Engine):
         steps, topk, draft = (_positive_int(out, a) for a in TREE_ARGS)
         if topk == 1:
             draft = steps + 1  # SGLang overrides it with a warning
-        elif draft - 1 > topk + (steps - 1) * topk * topk:
+        elif draft > tree_capacity(steps, topk):
             raise InvalidConfig(
                 f"selected index k out of range: {draft} draft tokens exceed the tree of "
-                f"{steps} steps x topk {topk} (at most {topk + (steps - 1) * topk * topk + 1})"
+                f"{steps} steps x topk {topk} (at most {tree_capacity(steps, topk)})"
             )
         if topk > 1 and int(out.get("page-size", 1)) > 1:
             backend = str(out.get("attention-backend", "flashinfer"))
@@ -83,6 +92,23 @@ class SGLang(Engine):
             raise InvalidConfig("attention backend trtllm_mha supports only speculative_eagle_topk = 1")
         out["speculative-num-steps"], out["speculative-eagle-topk"], out["speculative-num-draft-tokens"] = steps, topk, draft
         return out
+
+    def depends_on(self, name: str) -> tuple[str, ...]:
+        return TREE_ARGS[:2] if name == DRAFT_TOKENS else ()
+
+    def valid_range(self, name: str, args: Mapping[str, ArgValue]) -> ValidRange:
+        """Draft tokens of an EAGLE tree: irrelevant with topk 1 (SGLang runs steps + 1), at most the tree's capacity
+        otherwise (``tree_capacity``). Every other flag, and a tree that is not fully known yet: no bound."""
+        algo = str(args.get("speculative-algorithm", "")).upper()
+        if name != DRAFT_TOKENS or algo not in (*TREE_ALGORITHMS, "NEXTN"):
+            return ValidRange()
+        try:
+            steps, topk = (_positive_int(args, a) for a in TREE_ARGS[:2])
+        except (KeyError, InvalidConfig):
+            return ValidRange()
+        if topk == 1:
+            return ValidRange(irrelevant=True)
+        return ValidRange(high=tree_capacity(steps, topk))
 
     def render(self, command: list[str], args: Mapping[str, ArgValue]) -> list[str]:
         argv = list(command)

@@ -71,7 +71,7 @@ def validate(study_name: str) -> None:
     tuner = _tuner(study_name)
     info = tuner.validate()
     spec = tuner.spec
-    click.echo(f"{spec.path}: ok: {len(spec.space)} parameters, {info['valid_configs']} distinct valid configs, "
+    click.echo(f"{spec.path}: ok: {len(spec.space)} parameters, {'at least ' if info['at_least'] else ''}{info['valid_configs']} distinct valid configs, "
                f"{spec.trials} trials, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
                f"{info['prompts']} prompts")
@@ -110,7 +110,7 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
 def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool) -> None:
     """The best feasible trial: params, metrics and the full server command line."""
-    from autotune import report
+    from autotune import report, results
 
     tuner = _tuner(study_name, storage)
     t = report.best_trial(tuner.open_existing())
@@ -125,7 +125,7 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool) -
         import shlex
 
         click.echo(f"trial {t.number}: value {' / '.join(f'{v:.4g}' for v in t.values)}")
-        for k, v in t.params.items():
+        for k, v in results.params(t).items():
             click.echo(f"  {k} = {v}")
         click.echo(shlex.join(out["command"] or []))
 

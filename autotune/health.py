@@ -17,7 +17,8 @@ from autotune.errors import TrialFailure
 from autotune.targets import Deployment
 
 #: a fatal log line's kind -> the trial's failure reason while starting
-STARTUP_REASONS = {"oom": "oom_startup", "invalid_args": "invalid_args", "crashed": "crashed"}
+STARTUP_REASONS = {"oom": "oom_startup", "invalid_args": "invalid_args", "crashed": "crashed",
+                   "port_busy": "port_busy"}
 #: after the first fatal line, how long to keep reading for a more specific one (a traceback ends with the cause)
 FATAL_SETTLE = 1.5
 

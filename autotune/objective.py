@@ -122,7 +122,10 @@ class Objective:
         try:
             candidate = self.space.baseline() if baseline else self.space.candidate(params)
         except InvalidConfig as e:
+            trial.set_user_attr("params", params)
             return self._infeasible(trial, "invalid_config", str(e), stage="validate")
+        # the tuned flags as the server runs them (the sampler's own parameters may be fill fractions)
+        trial.set_user_attr("params", candidate.tuned(self.space.names))
         trial.set_user_attr("config", candidate.args)
         trial.set_user_attr("config_key", candidate.key)
 
@@ -130,7 +133,7 @@ class Objective:
             try:
                 self._wait_for_twin(trial, candidate.key)
             except TrialFailure as failure:
-                return self._retry(trial, failure, params)
+                return self._retry(trial, failure, trial.params)
             prior = self._measured(trial.study, candidate.key, trial.number)
             if prior is not None:
                 return self._reuse(trial, prior)
@@ -143,12 +146,12 @@ class Objective:
                 failure = TrialFailure("ssh_lost", f"the SSH connection was reopened during the trial ({failure})")
             if failure.infeasible:
                 return self._infeasible(trial, failure.reason, failure.detail, stage=self.phase.name)
-            return self._retry(trial, failure, params)
+            return self._retry(trial, failure, trial.params)
         except optuna.TrialPruned:
             raise
         except Exception as e:
             log.exception("trial %d: unexpected error", trial.number)
-            return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"), params)
+            return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"), trial.params)
         finally:
             self._phase(trial, "done")
             trial.set_user_attr("timings", self.timings)
@@ -284,7 +287,8 @@ class Objective:
         raise optuna.TrialPruned(f"{reason}: {detail}")
 
     def _retry(self, trial: optuna.Trial, failure: TrialFailure, params: dict[str, Any]) -> float:
-        """An infrastructure failure: FAIL this trial and queue its config again (once, unless interrupted)."""
+        """An infrastructure failure: FAIL this trial and queue its config again (once, unless interrupted);
+        ``params`` are the sampler's own parameters (``trial.params``), which enqueue_trial takes."""
         retry = should_retry(trial.user_attrs, failure.reason)
         trial.set_user_attr("reason", failure.reason)
         trial.set_user_attr("detail", failure.detail[:500])

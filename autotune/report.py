@@ -65,10 +65,11 @@ def trial_record(t: FrozenTrial, study: optuna.Study, param_names: list[str]) ->
         rec[name] = t.values[i] if complete else None
     ci = a.get("value_ci") or [None, None]
     rec["value_ci_low"], rec["value_ci_high"] = ci[0], ci[1]
+    shown = results.params(t)
     for name in param_names:
-        rec[f"params_{name}"] = t.params.get(name)
-    for name in sorted(set(t.params) - set(param_names)):
-        rec[f"params_{name}"] = t.params[name]
+        rec[f"params_{name}"] = shown.get(name)
+    for name in sorted(set(shown) - set(param_names)):
+        rec[f"params_{name}"] = shown[name]
     metrics: dict[str, Any] = {}
     _flat("metrics", a.get("metrics") or {}, metrics)
     rec.update(metrics)
@@ -184,7 +185,7 @@ def _fmt(x: Any, digits: int = 4) -> str:
 
 
 def _params(t: FrozenTrial) -> str:
-    return ", ".join(f"`{k}={v}`" for k, v in t.params.items()) or "(fixed args)"
+    return ", ".join(f"`{k}={v}`" for k, v in results.params(t).items()) or "(fixed args)"
 
 
 def _rate(x: Any) -> str:
@@ -517,7 +518,7 @@ def best_trial(study: optuna.Study) -> FrozenTrial:
 
 def best_document(t: FrozenTrial) -> dict[str, Any]:
     """DESIGN.md's `best --json` shape."""
-    return {"number": t.number, "params": t.params, "value": t.values[0] if len(t.values) == 1 else None,
+    return {"number": t.number, "params": results.params(t), "value": t.values[0] if len(t.values) == 1 else None,
             "values": t.values, "metrics": t.user_attrs.get("metrics", {}), "command": t.user_attrs.get("command")}
 
 
@@ -552,7 +553,7 @@ def best_unit(t: FrozenTrial, spec: StudySpec, env: dict[str, str]) -> str:
     target = spec.targets.get(t.user_attrs.get("target") or "") or spec.target(None)
     lines = [
         f"# The best config of autotune study {spec.name!r}: trial {t.number} (value {values}),",
-        f"# Sampled params: {', '.join(f'{k}={v}' for k, v in t.params.items()) or 'none (the fixed args)'}; "
+        f"# Tuned params: {', '.join(f'{k}={v}' for k, v in results.params(t).items()) or 'none (the fixed args)'}; "
         "ExecStart= is the",
         "# effective command line the trial measured.",
         "# Written by `autotune best --format unit`. Install as /etc/systemd/system/NAME.service, then",

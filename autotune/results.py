@@ -21,6 +21,13 @@ def counted(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return [t for t in trials if t.state in FINISHED and t.number not in again]
 
 
+def params(t: FrozenTrial) -> dict[str, Any]:
+    """A trial's tuned flags as a user reads them: the values the server ran with (user attr ``params``, set by the
+    objective: a draft count SGLang overrides shows as overridden, a fill fraction as the flag value it placed),
+    else what the sampler suggested (trials from before that attr existed)."""
+    return dict(t.user_attrs.get("params") or t.params)
+
+
 def reason(t: FrozenTrial) -> str | None:
     """Why a trial did not produce a feasible measurement (None for a feasible COMPLETE trial)."""
     if "reason" in t.user_attrs:
@@ -65,7 +72,7 @@ def row(t: FrozenTrial) -> dict[str, Any]:
     return {
         "number": t.number,
         "state": t.state.name,
-        "params": t.params,
+        "params": params(t),
         "value": t.values[0] if t.values and len(t.values) == 1 else None,
         "values": t.values,
         "metrics": t.user_attrs.get("metrics", {}),

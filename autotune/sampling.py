@@ -17,12 +17,14 @@ def make_sampler(spec: StudySpec, space: Space, finished: int) -> optuna.sampler
     seed = None if spec.seed is None else spec.seed + finished
     startup = DEFAULT_STARTUP_TRIALS if spec.startup_trials is None else spec.startup_trials
     if spec.sampler == "tpe":
-        return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed)
+        return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed, multivariate=True)
     if spec.sampler == "gp":
         try:
-            import torch  # noqa: F401  (GPSampler needs it)
-        except ImportError:
-            raise UserError(f"{spec.path}: [study] sampler = \"gp\" needs torch: pip install 'autotune[gp]'") from None
+            import scipy  # noqa: F401  (GPSampler needs both)
+            import torch  # noqa: F401
+        except ImportError as e:
+            raise UserError(f"{spec.path}: [study] sampler = \"gp\" needs torch and scipy ({e.name} is missing): "
+                            "pip install 'autotune[gp]'") from None
         return optuna.samplers.GPSampler(n_startup_trials=startup, seed=seed)
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)

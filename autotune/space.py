@@ -3,21 +3,32 @@
 A candidate is the *effective* config: the study's fixed args, the suggested params, and the engine's own rewrites
 (SGLang turns topk 1 with any draft count into steps + 1). Two suggestions with the same effective config are the
 same experiment, so the key of a candidate is what decides whether a measurement can be reused.
+
+Dependent ranges (``[study] ranges = "engine"``, the default): a flag whose valid values depend on other tuned flags
+(``Engine.depends_on``; SGLang's draft tokens on steps and topk) is drawn as a fill fraction of the range the engine
+accepts given them (``Engine.valid_range``): Optuna sees a fixed parameter ``NAME.fill`` in [0, 1] (0 = the lowest
+valid value, 1 = the highest), so every suggestion is a config the engine runs and multivariate TPE and GP model the
+space as it is. The flag's real value is what the sampler suggestion turns into: ``suggest`` returns it, and the
+trial records it (user attrs ``params`` and ``config``). ``ranges = "fixed"`` (and the grid sampler) draw every
+flag over its [space] range as written; the engine's rules then reject invalid combinations before deploying.
 """
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import optuna
 
-from autotune.engines import Args, ArgValue, Engine, config_key
+from autotune.engines import Args, ArgValue, Engine, ValidRange, config_key
 from autotune.errors import InvalidConfig, UserError
 from autotune.study import ParamSpec, StudySpec
 
 #: an impossible space is found by trying configs; beyond this many a space counts as possible
 MAX_ENUMERATION = 100_000
+#: suffix of the internal parameter that places a dependent flag inside its valid range
+FILL = ".fill"
 
 
 @dataclass(frozen=True)
@@ -37,14 +48,55 @@ class Space:
         self.engine = engine
         self.fixed: Args = {**spec.engine.args, engine.port_flag: server_port}
         self.path = spec.path
+        self.ranges = "fixed" if spec.sampler == "grid" else spec.ranges
+        tuned = {p.name for p in self.params}
+        #: tuned flags whose valid range depends on other tuned flags: drawn as a fill fraction of that range
+        self.dependent = {p.name for p in self.params if self.ranges == "engine"
+                          and tuned.intersection(engine.depends_on(p.name))}
+        # the flags a dependent one depends on are drawn first
+        self._order = sorted(self.params, key=lambda p: p.name in self.dependent)
 
     @property
     def names(self) -> list[str]:
         return [p.name for p in self.params]
 
     def suggest(self, trial: optuna.Trial, only: dict[str, ArgValue] | None = None) -> dict[str, ArgValue]:
-        """Ask the trial for every parameter, or for the names in ``only`` (a baseline fixes just those)."""
-        return {p.name: _suggest(trial, p) for p in self.params if only is None or p.name in only}
+        """Ask the trial for every parameter, or for the names in ``only`` (a baseline fixes just those); returns
+        the flags' values (a dependent flag's fill fraction already turned into its value)."""
+        chosen: dict[str, ArgValue] = {}
+        for p in self._order:
+            if only is None or p.name in only:
+                chosen[p.name] = self._suggest(trial, p, chosen)
+        return {n: chosen[n] for n in self.names if n in chosen}
+
+    def _suggest(self, trial: optuna.Trial, p: ParamSpec, chosen: dict[str, ArgValue]) -> ArgValue:
+        if self.ranges != "engine" or not self.engine.depends_on(p.name):
+            return _suggest(trial, p)
+        valid = self.engine.valid_range(p.name, {**self.fixed, **chosen})
+        if p.name in self.dependent:
+            return _place(p, valid, trial.suggest_float(p.name + FILL, 0.0, 1.0))
+        # the flags it depends on are fixed: its valid range is the same in every trial
+        if valid.irrelevant:
+            return p.values()[0] if p.type != "float" or p.step else float(p.low)
+        inside = _inside(p, valid)
+        if inside is None:
+            return _suggest(trial, p)  # no value is valid: drawn as written, the engine rejects it
+        if p.type == "categorical":
+            return trial.suggest_categorical(p.name, list(inside))
+        return _suggest(trial, replace(p, low=inside[0], high=inside[-1]))
+
+    def internal(self, params: dict[str, ArgValue]) -> dict[str, ArgValue]:
+        """The sampler's parameters for flag values ``params`` (to queue a config, like the baseline): a dependent
+        flag becomes its fill fraction, the middle of its value's share of [0, 1]."""
+        out: dict[str, ArgValue] = {}
+        for name, value in params.items():
+            if name not in self.dependent:
+                out[name] = value
+                continue
+            p = next(q for q in self.params if q.name == name)
+            valid = self.engine.valid_range(name, {**self.fixed, **params})
+            out[name + FILL] = _fill_of(p, ValidRange() if valid.irrelevant else valid, value)
+        return out
 
     def candidate(self, params: dict[str, ArgValue]) -> Candidate:
         """The effective config for ``params``; raises ``InvalidConfig`` if the engine would reject it."""
@@ -75,12 +127,14 @@ class Space:
         for combo in itertools.product(*axes):
             yield dict(zip(self.names, combo))
 
-    def check(self) -> int:
-        """Reject a space with no config the engine would run; return how many distinct effective configs it has
-        (suggestions the engine rewrites to the same config count once)."""
+    def check(self) -> tuple[int, bool]:
+        """Reject a space with no config the engine would run. Returns how many distinct effective configs it has
+        (suggestions the engine rewrites to the same config count once) and whether that is a lower bound (a space
+        of more than MAX_ENUMERATION combinations is only partly walked)."""
         keys = set()
         first_reason = None
-        for params in itertools.islice(self.configs(), MAX_ENUMERATION):
+        combos = self.configs()
+        for params in itertools.islice(combos, MAX_ENUMERATION):
             try:
                 keys.add(self.candidate(params).key)
             except InvalidConfig as e:
@@ -88,7 +142,7 @@ class Space:
         if not keys:
             raise UserError(f"{self.path}: [space] is impossible: the {self.engine.kind} rules reject every config "
                             f"(e.g. {first_reason})")
-        return len(keys)
+        return len(keys), next(combos, None) is not None
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         return {p.name: _distribution(p) for p in self.params}
@@ -100,6 +154,45 @@ def _suggest(trial: optuna.Trial, p: ParamSpec) -> ArgValue:
     if p.type == "int":
         return trial.suggest_int(p.name, int(p.low), int(p.high), step=int(p.step or 1), log=p.log)
     return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
+
+
+def _inside(p: ParamSpec, valid: ValidRange) -> tuple[ArgValue, ...] | tuple[float, float] | None:
+    """The values of ``p`` inside ``valid`` in order (a stepless float: its (low, high)); None if there are none."""
+    def ok(v: ArgValue) -> bool:
+        if isinstance(v, bool) or not isinstance(v, (int, float)):
+            return True  # a bound says nothing about a non-numeric choice
+        return (valid.low is None or v >= valid.low) and (valid.high is None or v <= valid.high)
+
+    if p.type == "float" and not p.step:
+        lo = float(p.low) if valid.low is None else max(float(p.low), valid.low)
+        hi = float(p.high) if valid.high is None else min(float(p.high), valid.high)
+        return (lo, hi) if lo <= hi else None
+    values = tuple(v for v in p.values() if ok(v))
+    return values or None
+
+
+def _place(p: ParamSpec, valid: ValidRange, fill: float) -> ArgValue:
+    """The value at fraction ``fill`` of ``p``'s values inside ``valid``: equal shares of [0, 1] for each value, so a
+    uniform fill draws every valid value equally often. Irrelevant (or no valid value): placed in the range as
+    written (the engine overrides, or rejects, it)."""
+    inside = None if valid.irrelevant else _inside(p, valid)
+    if inside is None:
+        inside = _inside(p, ValidRange())
+    assert inside is not None
+    if p.type == "float" and not p.step:
+        lo, hi = inside
+        return lo + fill * (hi - lo)
+    return inside[min(len(inside) - 1, max(0, math.floor(fill * len(inside))))]
+
+
+def _fill_of(p: ParamSpec, valid: ValidRange, value: ArgValue) -> float:
+    """The fill fraction ``_place`` turns into ``value`` (the middle of its share); 0.5 for a value outside."""
+    inside = _inside(p, valid) or _inside(p, ValidRange()) or ()
+    if p.type == "float" and not p.step:
+        lo, hi = inside
+        return 0.5 if hi <= lo or not lo <= float(value) <= hi else (float(value) - lo) / (hi - lo)
+    matches = [i for i, v in enumerate(inside) if v == value and type(v) is type(value)]
+    return (matches[0] + 0.5) / len(inside) if matches else 0.5
 
 
 def _distribution(p: ParamSpec) -> optuna.distributions.BaseDistribution:

@@ -96,7 +96,6 @@ class Tuner:
         self.deadline = deadline_of(options.timeout, options.until)
         self.storage_url = options.storage or spec.storage
         self._stop_reason: str | None = None
-        self.phase = Phase()
         self._progress = Progress(enabled=False)
 
     # -- checks that need nothing deployed -------------------------------------------------------------------
@@ -113,13 +112,13 @@ class Tuner:
         if port is not None and port != self.target_spec.server_port:
             raise UserError(f"{spec.path}: [engine.args] {self.engine.port_flag} = {port} but the target's "
                             f"server_port is {self.target_spec.server_port}; set one of them only")
-        valid = self.space.check()
+        valid, partial = self.space.check()
         try:
             baseline = self.space.baseline()
         except InvalidConfig as e:
             raise UserError(f"{spec.path}: [engine.args] the baseline (the fixed args) is invalid: {e}") from None
         self.prompts = load_prompts(spec.workload.prompts, spec.directory)
-        return {"valid_configs": valid, "baseline": baseline.args, "prompts": len(self.prompts)}
+        return {"valid_configs": valid, "at_least": partial, "baseline": baseline.args, "prompts": len(self.prompts)}
 
     # -- the run ---------------------------------------------------------------------------------------------
 
@@ -169,7 +168,7 @@ class Tuner:
                  self.target_spec.name, self.target_spec.kind)
         with AdmissionLock(storage, self.storage_url, spec.name):  # other workers may be starting too
             if not any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
-                study.enqueue_trial(self.space.baseline_params(), user_attrs={"baseline": True})
+                study.enqueue_trial(self.space.internal(self.space.baseline_params()), user_attrs={"baseline": True})
             self._sweep(study)
         return study
 
@@ -194,7 +193,7 @@ class Tuner:
 
     def _run(self, study: optuna.Study, target: Target) -> RunSummary:
         objective = Objective(self.spec, self.engine, target, self.space, self.prompts, self._logs_dir,
-                              should_stop=self._should_stop, on_phase=self._on_phase,
+                              should_stop=self._should_stop, on_phase=self._progress.on_phase,
                               artifacts=open_store(self.spec.directory, self.spec.name))
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
@@ -261,7 +260,7 @@ class Tuner:
         """The one line per trial a user reads: number, params, result or failure reason, best so far."""
         best = results.best(study)
         best_text = f"best {results.score(best, study):.4g} (trial {best.number})" if best else "best: none yet"
-        params = describe(t.params)
+        params = describe(results.params(t))
         m = t.user_attrs.get("metrics") or {}
         if t.state == TrialState.COMPLETE and results.feasible(t):
             value = " / ".join(f"{v:.4g}" for v in t.values)
@@ -296,7 +295,7 @@ class Tuner:
         if beats and best is not None:
             try:
                 self._deploy_and_check(target, best, self._logs_dir / "final.log")
-                log.info("left running the best config: trial %d (%s)", best.number, describe(best.params))
+                log.info("left running the best config: trial %d (%s)", best.number, describe(results.params(best)))
                 return best
             except TrialFailure as e:
                 log.info("the best config (trial %d) did not come up again: %s; restoring the original", best.number, e)
@@ -400,10 +399,6 @@ class Tuner:
 
     def _should_stop(self) -> bool:
         return self._stop_reason is not None
-
-    def _on_phase(self, phase: Phase) -> None:
-        self.phase = phase
-        self._progress.on_phase(phase)
 
     def _sleep(self, seconds: float) -> None:
         end = time.monotonic() + seconds

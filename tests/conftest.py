@@ -31,14 +31,16 @@ def run_autotune(*args: str, cwd: Path | None = None, timeout: float = 300,
 
 
 def _emulators() -> set[int]:
+    """Emulator processes that are orphans or this test process's own children (not other sessions')."""
     pids = set()
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
                 cmd = (entry / "cmdline").read_bytes()
-            except OSError:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, ValueError, IndexError):
                 continue
-            if b"autotune-sim" in cmd or b"autotune.sim" in cmd:
+            if (b"autotune-sim" in cmd or b"autotune.sim" in cmd) and ppid in (1, os.getpid()):
                 pids.add(int(entry.name))
     return pids
 

@@ -76,44 +76,57 @@ async def stream_one(
     ``stall_timeout`` bounds every later gap between events.
     """
     req = engine.generation_request(prompt, max_tokens, temperature)
-    sent = time.perf_counter()
-    rec = RequestRecord(concurrency=concurrency, start=sent - t0)
-    try:
-        async with client.stream("POST", req.path, json=req.body) as resp:
-            if resp.status_code != 200:
-                body = (await resp.aread()).decode("utf-8", "replace")
-                rec.error = f"http {resp.status_code}: {body.strip()[:200]}"
-                return rec
-            lines = resp.aiter_lines()
-            while True:
-                timeout = stall_timeout if rec.tokens else first_token_timeout
-                try:
-                    line = await asyncio.wait_for(lines.__anext__(), timeout)
-                except StopAsyncIteration:
-                    break
-                except asyncio.TimeoutError:
-                    rec.error = f"stalled: no data for {timeout:g} s after {rec.tokens} tokens"
-                    return rec
-                if not line.startswith("data:"):
-                    continue
-                data = line[5:].strip()
-                if data == "[DONE]":
-                    break
-                now = time.perf_counter()
-                try:
-                    update = engine.parse_event(json.loads(data))
-                except ValueError:
-                    rec.error = f"unparsable event: {data[:120]}"
-                    return rec
-                _apply(rec, update, now - sent)
-                if update.error:
-                    return rec
-    except httpx.HTTPError as e:
-        rec.error = f"connection: {type(e).__name__}: {e}"[:200]
-        return rec
+    for attempt in (1, 2):
+        sent = time.perf_counter()
+        rec = RequestRecord(concurrency=concurrency, start=sent - t0)
+        responded = False
+        try:
+            async with client.stream("POST", req.path, json=req.body) as resp:
+                responded = True
+                await _read(resp, rec, engine, sent, first_token_timeout, stall_timeout)
+        except httpx.RemoteProtocolError as e:
+            if attempt == 1 and not responded:
+                continue  # the server closed a kept-alive connection before answering: nothing was sent through
+            rec.error = f"connection: {type(e).__name__}: {e}"[:200]
+        except httpx.HTTPError as e:
+            rec.error = f"connection: {type(e).__name__}: {e}"[:200]
+        break
     if rec.error is None and rec.finish_reason is None:
         rec.error = f"stream ended without a finished event after {rec.tokens} tokens"
     return rec
+
+
+async def _read(resp: httpx.Response, rec: RequestRecord, engine: Engine, sent: float, first_token_timeout: float,
+                stall_timeout: float) -> None:
+    """Read a streamed response into ``rec`` until it finishes, fails or stalls."""
+    if resp.status_code != 200:
+        body = (await resp.aread()).decode("utf-8", "replace")
+        rec.error = f"http {resp.status_code}: {body.strip()[:200]}"
+        return
+    lines = resp.aiter_lines()
+    while True:
+        timeout = stall_timeout if rec.tokens else first_token_timeout
+        try:
+            line = await asyncio.wait_for(lines.__anext__(), timeout)
+        except StopAsyncIteration:
+            return
+        except asyncio.TimeoutError:
+            rec.error = f"stalled: no data for {timeout:g} s after {rec.tokens} tokens"
+            return
+        if not line.startswith("data:"):
+            continue
+        data = line[5:].strip()
+        if data == "[DONE]":
+            return
+        now = time.perf_counter()
+        try:
+            update = engine.parse_event(json.loads(data))
+        except ValueError:
+            rec.error = f"unparsable event: {data[:120]}"
+            return
+        _apply(rec, update, now - sent)
+        if update.error:
+            return
 
 
 def _apply(rec: RequestRecord, update: StreamUpdate, elapsed: float) -> None:

@@ -49,5 +49,5 @@ def upload_trial(
             uploads.append((path, "application/json"))
         for path, mimetype in uploads:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype=mimetype)
-    except Exception as e:  # noqa: BLE001 - an artifact is never worth a trial
+    except Exception as e:  # an artifact is never worth a trial
         log.warning("trial %d: could not store its artifacts: %s", trial.number, e)

@@ -71,7 +71,8 @@ def validate(study_name: str) -> None:
     tuner = _tuner(study_name)
     info = tuner.validate()
     spec = tuner.spec
-    click.echo(f"{spec.path}: ok: {len(spec.space)} parameters, {'at least ' if info['at_least'] else ''}{info['valid_configs']} distinct valid configs, "
+    click.echo(f"{spec.path}: ok: {len(spec.space)} parameters, "
+               f"{'at least ' if info['at_least'] else ''}{info['valid_configs']} distinct valid configs, "
                f"{spec.trials} trials, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
                f"{info['prompts']} prompts")

@@ -63,7 +63,8 @@ def wait_ready(
                         fatal.append((reason, line.strip()))
                 if fatal:
                     raise _most_specific(fatal, engine)
-                raise TrialFailure(engine.exit_reason(status), f"server exited with status {status} before it was ready")
+                raise TrialFailure(engine.exit_reason(status),
+                                   f"server exited with status {status} before it was ready")
             if first_fatal_at is not None and now - first_fatal_at >= FATAL_SETTLE:
                 raise _most_specific(fatal, engine)
             if should_stop():
@@ -76,7 +77,8 @@ def wait_ready(
                     return Ready(seconds=time.monotonic() - start)
             waited = time.monotonic() - start
             if waited > timeout:
-                raise TrialFailure("startup_timeout", f"not ready after {waited:.0f} s ([health] timeout = {timeout:g})")
+                raise TrialFailure("startup_timeout",
+                                   f"not ready after {waited:.0f} s ([health] timeout = {timeout:g})")
             if on_poll is not None:
                 on_poll(waited)
             time.sleep(max(0.0, interval - (time.monotonic() - now)))

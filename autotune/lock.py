@@ -21,13 +21,15 @@ def state_dir() -> Path:
 
 
 def holder_description(study: str) -> dict[str, object]:
-    return {"pid": os.getpid(), "host": socket.gethostname(), "study": study, "since": time.strftime("%Y-%m-%d %H:%M:%S")}
+    return {"pid": os.getpid(), "host": socket.gethostname(), "study": study,
+            "since": time.strftime("%Y-%m-%d %H:%M:%S")}
 
 
 def describe(holder: dict[str, object] | None) -> str:
     if not holder:
         return "another autotune process"
-    return f"autotune pid {holder.get('pid')} on {holder.get('host')} (study {holder.get('study')}, since {holder.get('since')})"
+    return (f"autotune pid {holder.get('pid')} on {holder.get('host')} "
+            f"(study {holder.get('study')}, since {holder.get('since')})")
 
 
 class FileLock:

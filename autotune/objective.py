@@ -32,7 +32,7 @@ from autotune.bench.measure import Bench, Measurement
 from autotune.engines import Engine, ServerInfo
 from autotune.errors import InvalidConfig, TrialFailure
 from autotune.health import check_alive, wait_ready
-from autotune.retry import fail_stale, queue_again, should_retry
+from autotune.retry import fail_stale, frozen, queue_again, should_retry
 from autotune.score import (
     constraint_values,
     metrics_of,
@@ -133,7 +133,7 @@ class Objective:
             try:
                 self._wait_for_twin(trial, candidate.key)
             except TrialFailure as failure:
-                return self._retry(trial, failure, trial.params)
+                return self._retry(trial, failure)
             prior = self._measured(trial.study, candidate.key, trial.number)
             if prior is not None:
                 return self._reuse(trial, prior)
@@ -146,12 +146,12 @@ class Objective:
                 failure = TrialFailure("ssh_lost", f"the SSH connection was reopened during the trial ({failure})")
             if failure.infeasible:
                 return self._infeasible(trial, failure.reason, failure.detail, stage=self.phase.name)
-            return self._retry(trial, failure, trial.params)
+            return self._retry(trial, failure)
         except optuna.TrialPruned:
             raise
         except Exception as e:
             log.exception("trial %d: unexpected error", trial.number)
-            return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"), trial.params)
+            return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"))
         finally:
             self._phase(trial, "done")
             trial.set_user_attr("timings", self.timings)
@@ -286,15 +286,14 @@ class Objective:
         log.info("trial %d failed: %s (%s)", trial.number, reason, detail[:200])
         raise optuna.TrialPruned(f"{reason}: {detail}")
 
-    def _retry(self, trial: optuna.Trial, failure: TrialFailure, params: dict[str, Any]) -> float:
-        """An infrastructure failure: FAIL this trial and queue its config again (once, unless interrupted);
-        ``params`` are the sampler's own parameters (``trial.params``), which enqueue_trial takes."""
+    def _retry(self, trial: optuna.Trial, failure: TrialFailure) -> float:
+        """An infrastructure failure: FAIL this trial and queue its config again (once, unless interrupted)."""
         retry = should_retry(trial.user_attrs, failure.reason)
         trial.set_user_attr("reason", failure.reason)
         trial.set_user_attr("detail", failure.detail[:500])
         trial.set_user_attr("stage", self.phase.name)
         if retry:
-            queue_again(trial.study, trial.number, params, trial.user_attrs)
+            queue_again(trial.study, frozen(trial))
         log.info("trial %d failed: %s (%s)%s", trial.number, failure.reason, failure.detail[:200],
                  "; its config is queued again" if retry else "")
         return math.nan
@@ -330,8 +329,8 @@ class Objective:
             reference = trial.study.user_attrs.get("reference")
             if reference is not None:
                 return reference
-            pending = [t for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-                       if t.user_attrs.get("baseline") and t.number != trial.number]
+            active = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
+            pending = [t for t in active if t.user_attrs.get("baseline") and t.number != trial.number]
             if not pending:
                 return None
             if all(t.state == TrialState.WAITING for t in pending):

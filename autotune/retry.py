@@ -8,17 +8,27 @@ import warnings
 from typing import Any
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 log = logging.getLogger("autotune")
 
 
-def queue_again(study: optuna.Study, number: int, params: dict[str, Any], user_attrs: dict[str, Any]) -> None:
-    """Queue trial ``number``'s params as a new trial (a baseline stays the baseline)."""
-    attrs: dict[str, Any] = {"retry_of": number}
-    if user_attrs.get("baseline"):
+def queue_again(study: optuna.Study, trial: FrozenTrial) -> None:
+    """Queue ``trial`` again as a new trial: the same parameters with their distributions and the sampler's own
+    records of it (a baseline stays the baseline; a grid trial keeps its grid point). A trial cut short before it
+    asked for every parameter gets the missing ones from the sampler as usual."""
+    attrs: dict[str, Any] = {"retry_of": trial.number}
+    if trial.user_attrs.get("baseline"):
         attrs["baseline"] = True
-    study.enqueue_trial(params, user_attrs=attrs)
+    study.add_trial(optuna.trial.create_trial(
+        state=TrialState.WAITING, params=trial.params, distributions=trial.distributions, user_attrs=attrs,
+        system_attrs=trial.system_attrs))
+
+
+def frozen(trial: optuna.Trial) -> FrozenTrial:
+    """The stored record of a running trial."""
+    return next(t for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
+                if t.number == trial.number)
 
 
 #: reasons that say nothing about the config however often they happen: always retried
@@ -42,6 +52,6 @@ def fail_stale(study: optuna.Study) -> None:
 def stale_trial_callback(study: optuna.Study, trial: FrozenTrial) -> None:
     """For RDBStorage's heartbeat: a worker died in the middle of ``trial`` (now failed): retry its config once."""
     if should_retry(trial.user_attrs, None):
-        queue_again(study, trial.number, trial.params, trial.user_attrs)
+        queue_again(study, trial)
         log.info("trial %d lost its worker (%s): failed, its config is queued again", trial.number,
                  trial.user_attrs.get("worker", "unknown"))

@@ -106,7 +106,8 @@ class Space:
     def baseline_params(self) -> dict[str, ArgValue]:
         """The study's fixed values of tuned flags that lie inside the space: the baseline's params for the
         sampler. (The baseline always runs the fixed args; values outside the space are just not shown to it.)"""
-        return {p.name: self.fixed[p.name] for p in self.params if p.name in self.fixed and p.contains(self.fixed[p.name])}
+        return {p.name: self.fixed[p.name] for p in self.params
+                if p.name in self.fixed and p.contains(self.fixed[p.name])}
 
     def baseline(self) -> Candidate:
         args = self.engine.resolve(dict(self.fixed))
@@ -125,7 +126,7 @@ class Space:
         """Every combination of a discrete space (floats contribute their bounds and midpoint when stepless)."""
         axes = [p.values() if p.type != "float" or p.step else _float_probe(p) for p in self.params]
         for combo in itertools.product(*axes):
-            yield dict(zip(self.names, combo))
+            yield dict(zip(self.names, combo, strict=True))
 
     def check(self) -> tuple[int, bool]:
         """Reject a space with no config the engine would run. Returns how many distinct effective configs it has

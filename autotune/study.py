@@ -105,7 +105,7 @@ class ParamSpec:
             return list(self.choices)
         assert self.low is not None and self.high is not None
         step = self.step or 1
-        n = int(math.floor((self.high - self.low) / step + 1e-9)) + 1
+        n = math.floor((self.high - self.low) / step + 1e-9) + 1
         if self.type == "int":
             return [int(self.low + i * step) for i in range(n)]
         return [round(self.low + i * step, 12) for i in range(n)]
@@ -240,7 +240,8 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     pruning = v.get(study, "study", "pruning", bool, objective != "pareto")
     heartbeat = v.number(study, "study", "heartbeat", 10.0, low=1, high=600)
     if pruning and objective == "pareto":
-        v.fail("study", "pruning", "is not available with objective = \"pareto\" (Optuna prunes single objectives only)")
+        v.fail("study", "pruning",
+               "is not available with objective = \"pareto\" (Optuna prunes single objectives only)")
 
     targets = _targets(data, v)
     engine = _engine(data, v, path)
@@ -254,8 +255,8 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
                 v.fail(f"space.{p.name}", "step", "is required for a float parameter with sampler = \"grid\"")
     return StudySpec(
         name=name, path=path, storage=storage, trials=trials, sampler=sampler, objective=objective, seed=seed,
-        startup_trials=startup_trials, pruning=pruning, heartbeat=heartbeat, targets=targets, engine=engine, space=space,
-        workload=workload, constraints=constraints, health=health, text=text, ranges=ranges,
+        startup_trials=startup_trials, pruning=pruning, heartbeat=heartbeat, targets=targets, engine=engine,
+        space=space, workload=workload, constraints=constraints, health=health, text=text, ranges=ranges,
     )
 
 
@@ -363,7 +364,8 @@ def _engine(data: dict[str, Any], v: _Validator, path: Path) -> EngineSpec:
         v.fail("engine", "kind", f"is required; allowed: {', '.join(ENGINES)}")
     command = v.get(e, "engine", "command", list, None)
     if not command or not all(isinstance(c, str) and c for c in command):
-        v.fail("engine", "command", "is required: a non-empty list of strings, e.g. [\"python3\", \"-m\", \"sglang.launch_server\"]")
+        v.fail("engine", "command",
+               "is required: a non-empty list of strings, e.g. [\"python3\", \"-m\", \"sglang.launch_server\"]")
     args = v.get(e, "engine", "args", dict, {})
     for key, value in args.items():
         _check_arg(key, value, "engine.args", v)
@@ -375,7 +377,7 @@ def _engine(data: dict[str, Any], v: _Validator, path: Path) -> EngineSpec:
 def _check_arg(key: str, value: Any, where: str, v: _Validator) -> None:
     if not FLAG_NAME.match(key):
         v.fail(where, key, "flag names are written without leading dashes: letters, digits, '_' and '-'")
-    if isinstance(value, bool) or isinstance(value, int):
+    if isinstance(value, (bool, int)):
         return
     if isinstance(value, float):
         if not math.isfinite(value):
@@ -407,10 +409,11 @@ def _space(data: dict[str, Any], v: _Validator, engine: EngineSpec) -> tuple[Par
             if not choices:
                 v.fail(where, "choices", "must be a non-empty list")
             for c in choices:
-                if isinstance(c, bool) or isinstance(c, (int, float)):
+                if isinstance(c, (bool, int, float)):
                     continue
                 if not isinstance(c, str) or not PLAIN_TOKEN.match(c):
-                    v.fail(where, "choices", f"values must be numbers, true/false or plain tokens (letters, digits, ./:+=,@%_-), got {c!r}")
+                    v.fail(where, "choices", "values must be numbers, true/false or plain tokens "
+                                             f"(letters, digits, ./:+=,@%_-), got {c!r}")
             if len(set(map(repr, choices))) != len(choices):
                 v.fail(where, "choices", "has duplicate values")
             out.append(ParamSpec(name=name, type=ptype, choices=tuple(choices)))
@@ -512,7 +515,7 @@ class _Validator:
         if key not in table:
             return default
         value = table[key]
-        if kind is not bool and isinstance(value, bool) or not isinstance(value, kind):
+        if (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
             names = {str: "a string", bool: "true or false", list: "a list", dict: "a table"}
             self.fail(where, key, f"must be {names.get(kind, kind.__name__)}, got {value!r}")
         return value
@@ -536,7 +539,8 @@ class _Validator:
         if key not in table:
             return default
         value = table[key]
-        if isinstance(value, bool) or not isinstance(value, kinds) or (isinstance(value, float) and not math.isfinite(value)):
+        if (isinstance(value, bool) or not isinstance(value, kinds)
+                or (isinstance(value, float) and not math.isfinite(value))):
             self.fail(where, key, f"must be {what}, got {value!r}")
         if (low is not None and value < low) or (high is not None and value > high):
             rng = f"from {low} to {high}" if low is not None and high is not None else (

@@ -182,10 +182,11 @@ class Tuner:
         trials = study.get_trials(deepcopy=False)
         again = results.retried(trials)
         for t in trials:
-            if t.state != TrialState.RUNNING or t.user_attrs.get("target", self.target_spec.name) != self.target_spec.name:
+            if (t.state != TrialState.RUNNING
+                    or t.user_attrs.get("target", self.target_spec.name) != self.target_spec.name):
                 continue
             if t.number not in again and should_retry(t.user_attrs, t.user_attrs.get("reason")):
-                queue_again(study, t.number, t.params, t.user_attrs)
+                queue_again(study, t)
                 log.info("trial %d was left running by a stopped tuner: failed, its config is queued again", t.number)
             else:
                 log.info("trial %d was left running by a stopped tuner: failed", t.number)
@@ -254,7 +255,7 @@ class Tuner:
         trials = study.get_trials(deepcopy=False)
         t = trials[number]
         if t.state == TrialState.FAIL and number not in results.retried(trials) and "reason" not in t.user_attrs:
-            queue_again(study, number, t.params, t.user_attrs)
+            queue_again(study, t)
 
     def _report(self, study: optuna.Study, t: FrozenTrial) -> None:
         """The one line per trial a user reads: number, params, result or failure reason, best so far."""
@@ -265,7 +266,8 @@ class Tuner:
         if t.state == TrialState.COMPLETE and results.feasible(t):
             value = " / ".join(f"{v:.4g}" for v in t.values)
             outcome = (f"{value} (single {m.get('single_tok_s', 0):.1f} tok/s, concurrent "
-                       f"{m.get('concurrent_tok_s', 0):.1f} tok/s, max_running_requests {m.get('max_running_requests')})")
+                       f"{m.get('concurrent_tok_s', 0):.1f} tok/s, "
+                       f"max_running_requests {m.get('max_running_requests')})")
             if "reused_from" in t.user_attrs:
                 outcome += f", reused from trial {t.user_attrs['reused_from']}"
         else:
@@ -290,8 +292,9 @@ class Tuner:
             log.info("--no-restore: the server is left as the last trial left it")
             return best
         base = results.baseline(trials)
-        beats = best is not None and (base is None or not results.feasible(base) or
-                                      (best.number != base.number and results.score(best, study) > results.score(base, study)))
+        beats = best is not None and (
+            base is None or not results.feasible(base)
+            or (best.number != base.number and results.score(best, study) > results.score(base, study)))
         if beats and best is not None:
             try:
                 self._deploy_and_check(target, best, self._logs_dir / "final.log")

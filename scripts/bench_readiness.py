@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# ruff: noqa: E402 - the autotune and tests imports must follow the sys.path insert that makes them importable
 """How fast the tuner notices things (issue 3's goals), measured against the real emulator on this machine.
 
 1. server ready -> tuner notices: an independent 10 ms poller finds the moment /ready first answers 200;
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import itertools
 import json
 import os
 import statistics
@@ -113,7 +115,7 @@ def tuner_overhead(workdir: Path, trials: int) -> tuple[list[float], list[float]
                          check=True, capture_output=True, text=True, env=env).stdout
     rows = json.loads(out)["trials"]
     overhead, deploy = [], []
-    for a, b in zip(rows, rows[1:]):
+    for a, b in itertools.pairwise(rows):
         t = a["timings"]
         if "waiting" not in t:
             continue  # reused or invalid: no server was started
@@ -146,7 +148,8 @@ def main() -> None:
             print(f"fatal line -> failure  ({name}, reason {', '.join(reasons)}): "
                   f"{describe([x for x, _ in runs])}   goal: median <= 3 s")
         overhead, deploy = tuner_overhead(work, args.trials)
-        print(f"tuner overhead / trial (excl. server start and measurement): {describe(overhead)}   goal: median <= 1 s")
+        print(f"tuner overhead / trial (excl. server start and measurement): {describe(overhead)}"
+              "   goal: median <= 1 s")
         print(f"  of which stopping the previous server and spawning the next: {describe(deploy)}")
 
 

@@ -30,6 +30,7 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.conftest import free_port  # noqa: E402
+from tests.studies import SPEC_SPACE  # noqa: E402
 from tests.support.sshd import SSHServer, find_sshd  # noqa: E402
 
 FAULTS = ["startup-crash", "startup-hang", "oom-under-load:3", "crash-after:300", "stall-after:200", "errors:0.5"]
@@ -67,18 +68,7 @@ speculative-num-draft-tokens = 4
 sim-time-scale = 0.005
 sim-speedup = 20
 
-[space.speculative-num-steps]
-type = "int"
-low = 1
-high = 8
-[space.speculative-eagle-topk]
-type = "categorical"
-choices = [1, 2, 4, 8]
-[space.speculative-num-draft-tokens]
-type = "int"
-low = 2
-high = 32
-
+{space}
 [workload]
 max_tokens = 48
 concurrency = [1, 4]
@@ -139,7 +129,7 @@ def main() -> None:
                       f'key_file = "{sshd.user_key}"\nknown_hosts = "{sshd.known_hosts}"\nworkdir = "{work}/remote"\n'
                       f'server_port = {port}\ntunnel = true')
         study = work / "soak.toml"
-        study.write_text(STUDY.format(trials=args.trials, target=target, wrapper=wrapper))
+        study.write_text(STUDY.format(trials=args.trials, target=target, wrapper=wrapper, space=SPEC_SPACE))
         start = time.monotonic()
         try:
             kills = run_until_done(study, env, args.kill_every, rng)
@@ -148,7 +138,8 @@ def main() -> None:
                                               "--json"], capture_output=True, text=True, env=env,
                                              check=True).stdout)["trials"]
             best = json.loads(subprocess.run([sys.executable, "-m", "autotune", "best", "--study", str(study),
-                                              "--json"], capture_output=True, text=True, env=env).stdout or "null")
+                                              "--json"], capture_output=True, text=True, env=env,
+                                             check=False).stdout or "null")
             healthy = check_server(port, best, sshd is not None)
         finally:
             if sshd is not None:

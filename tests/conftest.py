@@ -1,6 +1,7 @@
 """Shared fixtures: every test gets its own machine-wide state dir (locks, pid files) and free ports."""
 from __future__ import annotations
 
+import contextlib
 import os
 import socket
 import subprocess
@@ -27,7 +28,7 @@ def run_autotune(*args: str, cwd: Path | None = None, timeout: float = 300,
                  env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
     """Run the real `autotune` command line in a subprocess."""
     return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})})
+                          timeout=timeout, env={**os.environ, **(env or {})}, check=False)
 
 
 def _emulators() -> set[int]:
@@ -60,10 +61,8 @@ def _no_leaked_servers() -> object:
         try:
             os.killpg(pid, signal.SIGKILL)
         except (ProcessLookupError, PermissionError):
-            try:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
     if leaked:
         print(f"\nwarning: {len(leaked)} emulator process(es) outlived the tests and were killed: {sorted(leaked)}",
               file=sys.__stderr__)

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -77,6 +78,11 @@ command = ["autotune-sim"]
     path = directory / f"{name}.toml"
     path.write_text(text)
     return path
+
+
+def port_of(study: Path) -> int:
+    """The server port a study file's (only) target uses."""
+    return int(re.search(r"server_port = (\d+)", study.read_text()).group(1))
 
 
 def status(path: Path) -> dict[str, Any]:

@@ -13,7 +13,8 @@ CASES = {
     "unknown_key": (VALID.replace("trials = 10", "trials = 10\ntrails = 3"), r"\[study\] trails: unknown key"),
     "out_of_range": (VALID + "\n[workload]\nmax_tokens = 1\n", r"\[workload\] max_tokens: must be from 2"),
     "empty_space": (VALID.split("[space.")[0], r"space: is empty"),
-    "impossible_space": (VALID.replace("choices = [1, 2]", "choices = [2]").replace("low = 1\nhigh = 4", "low = 1\nhigh = 1")
+    "impossible_space": (VALID.replace("choices = [1, 2]", "choices = [2]")
+                         .replace("low = 1\nhigh = 4", "low = 1\nhigh = 1")
                          .replace("low = 2\nhigh = 8", "low = 5\nhigh = 8"), r"\[space\] is impossible"),
     "missing_command": (VALID.replace('command = ["autotune-sim"]', 'command = ["no-such-server-xyz"]'),
                         r"server command not found on PATH: no-such-server-xyz"),

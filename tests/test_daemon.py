@@ -9,11 +9,12 @@ import sys
 import time
 from pathlib import Path
 
+import optuna
 import pytest
 
 from autotune.targets.local import port_open
 from tests.conftest import run_autotune
-from tests.studies import status, write_study
+from tests.studies import port_of, status, write_study
 
 #: four distinct valid configs besides the baseline, in grid order: every trial deploys a server
 DEPLOYING_SPACE = """
@@ -36,10 +37,6 @@ def wait_for_line(log: Path, pattern: str, proc: subprocess.Popen[str], timeout:
         assert proc.poll() is None, f"the tuner ended before {pattern!r}: {proc.communicate()}"
         time.sleep(0.02)
     pytest.fail(f"never saw {pattern!r}")
-
-
-def port_of(study: Path) -> int:
-    return int(re.search(r"server_port = (\d+)", study.read_text()).group(1))
 
 
 def assert_nothing_lost(study: Path, budget: int) -> list[dict]:
@@ -75,6 +72,28 @@ def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str) -> None
     assert r.returncode == 0, r.stderr
     trials = assert_nothing_lost(study, 4)
     assert trials[0]["baseline"] and trials[0]["state"] == "COMPLETE"
+
+
+def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) -> None:
+    """The tuner died between creating a grid trial and asking for its parameters: the restart runs that grid point
+    (the window is too short to hit with a signal, so the dead tuner's trial is made here with Optuna itself)."""
+    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE)
+    assert run_autotune("run", "--study", str(study), "--trials", "1", cwd=tmp_path).returncode == 0
+    storage = f"sqlite:///{tmp_path / 't.db'}"
+    grid = optuna.samplers.GridSampler({"speculative-num-steps": [2, 3, 4, 5]}, seed=7)
+    optuna.load_study(study_name="t", storage=storage, sampler=grid).ask()
+
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    trials = assert_nothing_lost(study, 4)
+    assert trials[1]["state"] == "FAIL" and trials[1]["params"] == {}
+    retry = next(t for t in trials if t["retry_of"] == 1)
+    assert retry["state"] in ("COMPLETE", "PRUNED")
+    ran = [t["params"]["speculative-num-steps"] for t in trials if t["state"] != "FAIL" and not t["baseline"]]
+    assert len(set(ran)) == 3, "no grid point ran twice"
+    stored = optuna.load_study(study_name="t", storage=storage).trials
+    assert stored[retry["number"]].system_attrs["grid_id"] == stored[1].system_attrs["grid_id"], \
+        "the retry ran the dead tuner's grid point"
 
 
 def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Path) -> None:

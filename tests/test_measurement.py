@@ -46,7 +46,8 @@ def test_memory_and_latency_constraints(tmp_path: Path) -> None:
     trials = {t["params"]["speculative-num-steps"]: t for t in status(study)["trials"][1:]}
     assert trials[4]["reason"] == "constraints" and trials[4]["state"] == "PRUNED"
     assert "max_running_requests 15 < min_running_requests 20" in trials[4]["detail"]
-    assert "levels" not in trials[4] or not trials[4].get("metrics"), "a config failing the memory limit is not measured"
+    assert "levels" not in trials[4] or not trials[4].get("metrics"), \
+        "a config failing the memory limit is not measured"
     assert trials[1]["state"] == "COMPLETE" and trials[1]["metrics"]["max_running_requests"] == 25
 
     # a latency ceiling nothing meets: everything is measured, nothing is feasible, nothing is "best"

@@ -14,11 +14,7 @@ import pytest
 
 from autotune.targets.local import port_open
 from tests.conftest import run_autotune
-from tests.studies import status, write_study
-
-
-def port_of(study: Path) -> int:
-    return int(re.search(r"server_port = (\d+)", study.read_text()).group(1))
+from tests.studies import port_of, status, write_study
 
 
 def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> None:
@@ -34,7 +30,8 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     assert len(trials) == 7
     base = trials[0]
     assert base["baseline"] and base["state"] == "COMPLETE" and base["value"] == pytest.approx(1.0)
-    assert base["params"] == {"speculative-num-steps": 1, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 2}
+    assert base["params"] == {"speculative-num-steps": 1, "speculative-eagle-topk": 1,
+                              "speculative-num-draft-tokens": 2}
     for key in ("single_tok_s", "concurrent_tok_s", "max_running_requests"):
         assert base["metrics"][key] > 0
     for t in trials:
@@ -170,8 +167,8 @@ def test_sigkill_mid_trial_then_resume_loses_nothing(tmp_path: Path) -> None:
 def test_apply_deploys_the_best_or_a_chosen_trial_and_waits_until_healthy(tmp_path: Path) -> None:
     import httpx
 
-    study = write_study(tmp_path, trials=3, sampler="grid", space=GRID_SPACE.replace("choices = [1, 2]", "choices = [2]")
-                        .replace("low = 2\nhigh = 4", "low = 2\nhigh = 3"))
+    space = GRID_SPACE.replace("choices = [1, 2]", "choices = [2]").replace("low = 2\nhigh = 4", "low = 2\nhigh = 3")
+    study = write_study(tmp_path, trials=3, sampler="grid", space=space)
     assert run_autotune("run", "--study", str(study), cwd=tmp_path).returncode == 0
     port = port_of(study)
     best = json.loads(run_autotune("best", "--study", str(study), "--json").stdout)

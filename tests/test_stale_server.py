@@ -80,10 +80,11 @@ def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
         engine = get_engine("sglang")
         space = Space(spec, engine, port)
         (tmp_path / "old.log").write_text("")
-        objective = Objective(spec, engine, StaleTarget(spec.target(), f"http://127.0.0.1:{port}", tmp_path / "old.log"),
-                              space, ["hello"], tmp_path / "logs", should_stop=lambda: False)
+        target = StaleTarget(spec.target(), f"http://127.0.0.1:{port}", tmp_path / "old.log")
+        objective = Objective(spec, engine, target, space, ["hello"], tmp_path / "logs", should_stop=lambda: False)
         study = optuna.create_study(direction="maximize")
-        study.enqueue_trial({"speculative-num-steps": 3, "speculative-eagle-topk": 1, "speculative-num-draft-tokens": 4})
+        study.enqueue_trial({"speculative-num-steps": 3, "speculative-eagle-topk": 1,
+                             "speculative-num-draft-tokens": 4})
         study.optimize(objective, n_trials=1)
         t = study.trials[0]
         assert t.state == optuna.trial.TrialState.FAIL

@@ -86,12 +86,15 @@ def test_repo_studies_validate() -> None:
     (VALID.replace("trials = 10", "trials = \"ten\""), r"\[study\] trials: must be a whole number, got 'ten'"),
     (VALID.replace("trials = 10", "sampler = \"cmaes\""), r"\[study\] sampler: must be one of tpe, gp, random, grid"),
     (VALID + "\n[health]\ninterval = 5\n", r"\[health\] interval: must be from 0.25 to 1.0, got 5"),
-    (VALID.replace("low = 1\nhigh = 4", "low = 5\nhigh = 4"), r"\[space.speculative-num-steps\] low: must not exceed high"),
+    (VALID.replace("low = 1\nhigh = 4", "low = 5\nhigh = 4"),
+     r"\[space.speculative-num-steps\] low: must not exceed high"),
     (VALID.replace('kind = "sglang"', 'kind = "vllm"'), r"\[engine\] kind: must be one of sglang, llamacpp"),
     (VALID.replace('command = ["autotune-sim"]', "command = []"), r"\[engine\] command: is required"),
-    (VALID.replace("choices = [1, 2]", 'choices = [1, "2; rm -rf /"]'), r"choices: values must be numbers, true/false or plain tokens"),
+    (VALID.replace("choices = [1, 2]", 'choices = [1, "2; rm -rf /"]'),
+     r"choices: values must be numbers, true/false or plain tokens"),
     (VALID.replace('kind = "local"', 'kind = "ssh-systemd"\nhost = "h"'), r"\[target\] unit: is required"),
-    (VALID + "\n[workload]\nconcurrency = [1, 0]\n", r"\[workload\] concurrency: must be a non-empty list of positive integers"),
+    (VALID + "\n[workload]\nconcurrency = [1, 0]\n",
+     r"\[workload\] concurrency: must be a non-empty list of positive integers"),
 ])
 def test_bad_input_names_file_key_and_allowed(tmp_path: Path, text: str, expected: str) -> None:
     import re

@@ -6,6 +6,7 @@ and accept length of this request alone, never the server's cumulative counters 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import time
 from dataclasses import asdict, dataclass, field
@@ -37,7 +38,7 @@ class RequestRecord:
     @property
     def itl(self) -> list[float]:
         """Seconds between successive token-carrying events (one event may carry several accepted tokens)."""
-        return [b[0] - a[0] for a, b in zip(self.trace, self.trace[1:])]
+        return [b[0] - a[0] for a, b in itertools.pairwise(self.trace)]
 
     def tokens_by(self, t: float) -> int:
         """Completion tokens this request had received ``t`` seconds after its level started."""

@@ -11,6 +11,7 @@ c x tokens / mean end-to-end latency, so its relative interval is that of the me
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -172,11 +173,9 @@ class Bench:
 
     async def _flush(self, client: httpx.AsyncClient) -> None:
         """Empty the prefix cache between levels where the engine can (prompts never repeat anyway)."""
-        with httpx.Client(base_url=self.base_url, headers=self.headers, timeout=10.0) as sync:
-            try:
-                self.engine.flush_cache(sync)
-            except httpx.HTTPError:
-                pass
+        with (httpx.Client(base_url=self.base_url, headers=self.headers, timeout=10.0) as sync,
+              contextlib.suppress(httpx.HTTPError)):
+            self.engine.flush_cache(sync)
 
     async def _level(self, client: httpx.AsyncClient, level: LevelResult, n: int) -> None:
         """Run ``n`` requests with ``level.concurrency`` in flight, recording into ``level`` as they finish (so a

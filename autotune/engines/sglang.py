@@ -87,10 +87,14 @@ class SGLang(Engine):
         if topk > 1 and int(out.get("page-size", 1)) > 1:
             backend = str(out.get("attention-backend", "flashinfer"))
             if backend not in PAGED_TOPK_BACKENDS:
-                raise InvalidConfig(f"topk > 1 with page_size > 1 needs attention backend flashinfer, fa3 or triton, not {backend}")
+                raise InvalidConfig(
+                    f"topk > 1 with page_size > 1 needs attention backend flashinfer, fa3 or triton, not {backend}"
+                )
         if topk > 1 and str(out.get("attention-backend", "")) == "trtllm_mha":
             raise InvalidConfig("attention backend trtllm_mha supports only speculative_eagle_topk = 1")
-        out["speculative-num-steps"], out["speculative-eagle-topk"], out["speculative-num-draft-tokens"] = steps, topk, draft
+        out["speculative-num-steps"] = steps
+        out["speculative-eagle-topk"] = topk
+        out["speculative-num-draft-tokens"] = draft
         return out
 
     def depends_on(self, name: str) -> tuple[str, ...]:

@@ -53,6 +53,7 @@ class Target(ABC):
 
         Run before a study is created, so a typo in the study never leaves a half-made study behind.
         """
+        return None
 
     @abstractmethod
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> Deployment:
@@ -85,3 +86,4 @@ class Target(ABC):
 
     def close(self) -> None:
         """Release connections; the server keeps running unless ``stop`` was called."""
+        return None

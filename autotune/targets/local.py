@@ -75,7 +75,8 @@ class LocalTarget(Target):
         self._stop_orphan()
         port = self.spec.server_port
         if port_open(port):
-            raise TrialFailure("port_busy", f"port {port} on 127.0.0.1 is held by {port_holder(port) or 'another process'}")
+            raise TrialFailure("port_busy",
+                               f"port {port} on 127.0.0.1 is held by {port_holder(port) or 'another process'}")
         executable = resolve_command(argv[0], self.cwd)
         if executable is None:
             raise TrialFailure("deploy_failed", f"server command not found: {argv[0]}")

@@ -1,6 +1,7 @@
 """Fixtures that run the emulator as a real process on a free port and always kill its process group."""
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -12,7 +13,6 @@ from pathlib import Path
 
 import httpx
 import pytest
-import contextlib
 
 QWEN = ["--model-path", "/shared/models/Qwen3.5-122B-A10B", "--tp-size", "4"]
 LLAMA = ["--model-path", "/shared/models/Llama-3.1-8B-Instruct", "--sim-profile", "llama8b"]

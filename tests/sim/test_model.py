@@ -1,6 +1,7 @@
 """The performance and memory model: seed calibration, physical shape, and the surface."""
 from __future__ import annotations
 
+import itertools
 import json
 import subprocess
 import sys
@@ -10,7 +11,6 @@ import pytest
 from autotune.sim import model
 from autotune.sim.profile import ProfileError, load_profile
 from autotune.sim.surface import surface, valid_configs
-import itertools
 
 QWEN = load_profile("qwen122b")
 LLAMA = load_profile("llama8b")

@@ -1,6 +1,7 @@
 """Endpoints, shapes, status codes and log lines of a running emulator, over real HTTP."""
 from __future__ import annotations
 
+import itertools
 import re
 import threading
 import time
@@ -8,7 +9,6 @@ import time
 import httpx
 
 from .conftest import sse_events
-import itertools
 
 
 def generate(client: httpx.Client, max_new_tokens: int, text: str = "Explain speculative decoding.", **params):

@@ -19,16 +19,24 @@ def make_sampler(spec: StudySpec, space: Space, finished: int) -> optuna.sampler
     if spec.sampler == "tpe":
         return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed, multivariate=True)
     if spec.sampler == "gp":
-        try:
-            import scipy  # noqa: F401  (GPSampler needs both)
-            import torch  # noqa: F401
-        except ImportError as e:
-            raise UserError(f"{spec.path}: [study] sampler = \"gp\" needs torch and scipy ({e.name} is missing): "
-                            "pip install 'autotune[gp]'") from None
+        check_sampler(spec)
         return optuna.samplers.GPSampler(n_startup_trials=startup, seed=seed)
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.GridSampler(space.grid(), seed=seed)
+
+
+def check_sampler(spec: StudySpec) -> None:
+    """Raise ``UserError`` if the study's sampler cannot run here: GPSampler needs torch and scipy, which are an
+    optional extra (checked before anything is created, so a study is never half made)."""
+    if spec.sampler != "gp":
+        return
+    try:
+        import scipy  # noqa: F401
+        import torch  # noqa: F401
+    except ImportError as e:
+        raise UserError(f"{spec.path}: [study] sampler = \"gp\" needs torch and scipy ({e.name} is missing): "
+                        "pip install 'autotune[gp]'") from None
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:

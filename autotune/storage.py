@@ -38,8 +38,11 @@ def open_storage(url: str, create: bool = True, heartbeat: float | None = None) 
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: stable in use
                 return optuna.storages.RDBStorage(url, **kwargs)
-        except sqlalchemy.exc.IntegrityError:
-            # several workers creating the schema of a new database at once: one wins, the others load it
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
+            # several processes creating the schema of a new database at once (workers; `autotune status` while a
+            # first `autotune run` starts): one wins, the others load it
+            if isinstance(e, sqlalchemy.exc.OperationalError) and "already exists" not in str(e):
+                raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None
             time.sleep(0.2 * (attempt + 1))
         except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as e:
             raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None

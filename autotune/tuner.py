@@ -33,7 +33,7 @@ from autotune.logs import setup as setup_logging
 from autotune.objective import Objective, Phase, auth_headers
 from autotune.progress import Progress
 from autotune.retry import fail_stale, queue_again, should_retry
-from autotune.sampling import make_pruner, make_sampler
+from autotune.sampling import check_sampler, make_pruner, make_sampler
 from autotune.score import METRIC_NAMES, metrics_of
 from autotune.space import Space, describe
 from autotune.storage import load_existing_study, open_storage, redact
@@ -112,6 +112,7 @@ class Tuner:
         if port is not None and port != self.target_spec.server_port:
             raise UserError(f"{spec.path}: [engine.args] {self.engine.port_flag} = {port} but the target's "
                             f"server_port is {self.target_spec.server_port}; set one of them only")
+        check_sampler(spec)
         valid, partial = self.space.check()
         try:
             baseline = self.space.baseline()

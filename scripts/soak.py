@@ -178,7 +178,8 @@ def check_server(port: int, best: dict | None, keeps_running: bool) -> str:
         info = httpx.get(url + "/server_info", timeout=5).json()
     except httpx.HTTPError as e:
         return f"no: {e}"
-    running = {k: info.get(k.replace("-", "_")) for k in ("speculative-num-steps", "speculative-eagle-topk")}
+    running = {k: info.get(k.replace("-", "_"))
+               for k in ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")}
     want = {k: (best or {}).get("params", {}).get(k) for k in running}
     if best and running == want:
         return f"yes, running the best config (trial {best['number']}: {running})"

@@ -188,3 +188,17 @@ def test_apply_deploys_the_best_or_a_chosen_trial_and_waits_until_healthy(tmp_pa
         assert r.returncode == 2 and "has no trial 9" in r.stderr
     finally:
         subprocess.run(["pkill", "-f", "--", f"--port {port}"], check=False)
+
+
+def test_gp_sampler_runs_a_study_when_installed(tmp_path: Path) -> None:
+    """sampler = "gp" (the optional [gp] extra): Optuna's GPSampler proposes the configs after the startup trials."""
+    pytest.importorskip("torch")
+    study = write_study(tmp_path, trials=8, sampler="gp")
+    study.write_text(study.read_text().replace('sampler = "gp"', 'sampler = "gp"\nstartup_trials = 3'))
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    trials = status(study)["trials"]
+    assert [t["state"] for t in trials].count("FAIL") == 0 and len(trials) == 8
+    model_based = [t for t in trials[3:] if t["reused_from"] is None]
+    assert model_based, "the GP proposed no new config after its startup trials"
+    assert not port_open(port_of(study))

@@ -51,9 +51,13 @@ def test_deploy_wait_ready_read_log_stop(make_spec, cleanup, tmp_path: Path) -> 
     log = tmp_path / "logs" / "trial-0.log"
     deployment = deploy_ready(target, server_argv(spec.server_port), log, {"AUTOTUNE_TEST_ENV": "x y"})
 
-    # the server log came over SFTP into the local log file
-    deployment.read_log()
-    assert "fired up and ready to roll" in log.read_text()
+    # the server log comes over SFTP into the local log file (SGLang, like the emulator, answers ready a moment
+    # before it logs the line)
+    def logged() -> bool:
+        deployment.read_log()
+        return "fired up and ready to roll" in log.read_text()
+
+    wait_for(logged, timeout=10)
     # through the tunnel: a local port that is not the server's
     assert deployment.base_url == target.base_url()
     local_port = int(deployment.base_url.rsplit(":", 1)[1])

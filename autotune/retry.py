@@ -22,7 +22,7 @@ def queue_again(study: optuna.Study, trial: FrozenTrial) -> None:
         attrs["baseline"] = True
     study.add_trial(optuna.trial.create_trial(
         state=TrialState.WAITING, params=trial.params, distributions=trial.distributions, user_attrs=attrs,
-        system_attrs=trial.system_attrs))
+        system_attrs={k: v for k, v in trial.system_attrs.items() if k != "fail_reason"}))
 
 
 def frozen(trial: optuna.Trial) -> FrozenTrial:

@@ -522,7 +522,8 @@ def main() -> None:
     with ThreadPoolExecutor(max_workers=1 if args.surrogate else max(1, min(args.parallel, 2))) as pool:
         list(pool.map(one, todo))
     seeds = set(seeds_of(args.seeds))
-    rows = [r for r in done if r["seed"] in seeds and r["cap"] == args.cap]
+    rows = [r for r in done if r["seed"] in seeds and r["cap"] == args.cap and r["profile"] in profiles
+            and r["mode"] in modes and r["setup"] in setups]
     wall = sum(r["wall_s"] for r in rows)
     print(f"\nlaunches until the pick is within 2% of the optimum: median over seeds, (reached/runs); "
           f"{'SURROGATE (surface + noise)' if args.surrogate else 'autotune run on the emulator'}; "

@@ -10,6 +10,7 @@ Rates are divided by the emulator's --sim-speedup before comparing (the emulator
 concurrent level runs at a lower speedup than the single stream: at 32 streams x thousands of tokens per second the
 Python client on a 2-core machine, not the config, would set the pace.
 Usage: python scripts/bench_measurement.py [--runs 5] [--speedup 10] [--concurrent-speedup 2] [--trials 30]
+       [--skip-accuracy] [--skip-pruning]
 """
 from __future__ import annotations
 
@@ -125,12 +126,14 @@ def main() -> None:
     ap.add_argument("--speedup", type=float, default=10.0, help="emulator speedup for the single stream")
     ap.add_argument("--concurrent-speedup", type=float, default=2.0, help="emulator speedup at concurrency 32")
     ap.add_argument("--trials", type=int, default=30)
+    ap.add_argument("--skip-accuracy", action="store_true")
     ap.add_argument("--skip-pruning", action="store_true")
     args = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         os.environ["XDG_STATE_HOME"] = str(work / "state")
-        accuracy(work, args.runs, args.speedup, args.concurrent_speedup)
+        if not args.skip_accuracy:
+            accuracy(work, args.runs, args.speedup, args.concurrent_speedup)
         if not args.skip_pruning:
             pruning(work, args.trials)
 

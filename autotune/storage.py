@@ -12,6 +12,8 @@ from autotune.errors import UserError
 
 #: seconds a SQLite writer waits for the lock, so optuna-dashboard can read while the daemon writes
 SQLITE_TIMEOUT = 30
+#: tries to open a database whose schema another process is creating (about 11 s of waiting in all)
+SCHEMA_ATTEMPTS = 10
 
 
 def open_storage(url: str, create: bool = True, heartbeat: float | None = None) -> optuna.storages.RDBStorage:
@@ -33,20 +35,33 @@ def open_storage(url: str, create: bool = True, heartbeat: float | None = None) 
             raise UserError(f"no study database at {path}: run `autotune run` first")
         path.parent.mkdir(parents=True, exist_ok=True)
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT}}
-    for attempt in range(5):
+    for attempt in range(SCHEMA_ATTEMPTS):
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)  # heartbeats: stable in use
-                return optuna.storages.RDBStorage(url, **kwargs)
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.OperationalError) as e:
-            # several processes creating the schema of a new database at once (workers; `autotune status` while a
-            # first `autotune run` starts): one wins, the others load it
-            if isinstance(e, sqlalchemy.exc.OperationalError) and "already exists" not in str(e):
+                return optuna.storages.RDBStorage(_with_driver(url), **kwargs)
+        except sqlalchemy.exc.SQLAlchemyError as e:
+            if not _schema_race(e):
                 raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None
             time.sleep(0.2 * (attempt + 1))
-        except (sqlalchemy.exc.SQLAlchemyError, ImportError, ValueError) as e:
+        except (ImportError, ValueError) as e:
             raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None
     raise UserError(f"cannot open storage {redact(url)}: its schema could not be created")
+
+
+def _schema_race(e: sqlalchemy.exc.SQLAlchemyError) -> bool:
+    """Whether ``e`` comes from several processes creating the schema of a new database at once (workers starting
+    together; `autotune status` while a first `autotune run` starts): one wins, the others load it on a retry.
+    SQLite says "table ... already exists", PostgreSQL "relation ... already exists" or a duplicate key."""
+    return isinstance(e, sqlalchemy.exc.IntegrityError) or "already exists" in str(e)
+
+
+def _with_driver(url: str) -> str:
+    """``postgresql://`` means psycopg 3 (the [postgres] extra), as in SQLAlchemy 2.1; SQLAlchemy 2.0 would look for
+    psycopg2."""
+    if url.startswith("postgresql://"):
+        return "postgresql+psycopg://" + url[len("postgresql://"):]
+    return url
 
 
 def load_existing_study(name: str, url: str) -> optuna.Study:

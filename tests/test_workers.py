@@ -81,7 +81,8 @@ def load(storage: str) -> optuna.Study:
 def test_three_workers_share_one_study_exactly(tmp_path: Path, database: str) -> None:
     study, _ = write_multi(tmp_path, database, ["a", "b", "c"], trials=10)
     r = run_autotune("run", "--study", str(study), "--all-targets", cwd=tmp_path, timeout=600)
-    assert r.returncode == 0, r.stdout[-3000:]
+    errors = [line for line in r.stdout.splitlines() if "error" in line.lower()]
+    assert r.returncode == 0, "\n".join(errors[-20:]) + "\n...\n" + r.stdout[-2000:] + r.stderr
     for name in ("a", "b", "c"):
         assert f"[{name}] " in r.stdout and "stopped (budget)" in r.stdout
 

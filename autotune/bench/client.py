@@ -85,11 +85,9 @@ async def stream_one(
             async with client.stream("POST", req.path, json=req.body) as resp:
                 responded = True
                 await _read(resp, rec, engine, sent, first_token_timeout, stall_timeout)
-        except httpx.RemoteProtocolError as e:
-            if attempt == 1 and not responded:
-                continue  # the server closed a kept-alive connection before answering: nothing was sent through
-            rec.error = f"connection: {type(e).__name__}: {e}"[:200]
         except httpx.HTTPError as e:
+            if isinstance(e, httpx.RemoteProtocolError) and attempt == 1 and not responded:
+                continue  # the server closed a kept-alive connection before answering: nothing was sent through
             rec.error = f"connection: {type(e).__name__}: {e}"[:200]
         break
     if rec.error is None and rec.finish_reason is None:

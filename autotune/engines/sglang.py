@@ -37,7 +37,7 @@ _FATAL: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"^Traceback \(most recent call last\)"), "crashed"),
 ]
 
-DRAFT_TOKENS = "speculative-num-draft-tokens"
+DRAFT_TOKENS = TREE_ARGS[2]
 
 
 def tree_capacity(steps: int, topk: int) -> int:
@@ -92,9 +92,7 @@ class SGLang(Engine):
                 )
         if topk > 1 and str(out.get("attention-backend", "")) == "trtllm_mha":
             raise InvalidConfig("attention backend trtllm_mha supports only speculative_eagle_topk = 1")
-        out["speculative-num-steps"] = steps
-        out["speculative-eagle-topk"] = topk
-        out["speculative-num-draft-tokens"] = draft
+        out.update(zip(TREE_ARGS, (steps, topk, draft), strict=True))
         return out
 
     def depends_on(self, name: str) -> tuple[str, ...]:

@@ -6,6 +6,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Callable
 
 import paramiko
 
@@ -13,6 +14,20 @@ from autotune.errors import TrialFailure, UserError
 from autotune.targets.ssh import LINK_ERRORS, SSHConnection, describe_error
 
 log = logging.getLogger(__name__)
+#: bytes read per call in each direction of a forwarded connection
+CHUNK = 65536
+
+
+def _pump(recv: Callable[[int], bytes], send: Callable[[bytes], object], running: Callable[[], bool]) -> None:
+    """Copy one direction of a forwarded connection until end of stream, an error on either side, or ``running``
+    turns false."""
+    with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+        while running():
+            data = recv(CHUNK)
+            if not data:
+                return
+            send(data)
+
 
 class LocalForward:
     """127.0.0.1:<port> on this machine -> ``remote_host:remote_port`` from the target, through the SSH connection.
@@ -91,14 +106,9 @@ class LocalForward:
                                 name=f"ssh-forward-{self.port}-{peer[1]}-back")
         back.start()
         try:
-            client.setblocking(True)
-            while not self.closed:
-                data = client.recv(65536)
-                if not data:
-                    break
-                chan.sendall(data)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
+            with contextlib.suppress(OSError):
+                client.setblocking(True)
+            _pump(client.recv, chan.sendall, lambda: not self.closed)
         finally:
             with contextlib.suppress(Exception):
                 chan.close()  # ends chan.recv in the other direction
@@ -111,13 +121,7 @@ class LocalForward:
     @staticmethod
     def _to_client(chan: paramiko.Channel, client: socket.socket) -> None:
         try:
-            while True:
-                data = chan.recv(65536)
-                if not data:
-                    break
-                client.sendall(data)
-        except (OSError, EOFError, paramiko.SSHException):
-            pass
+            _pump(chan.recv, client.sendall, lambda: True)
         finally:
             with contextlib.suppress(OSError):
                 client.shutdown(socket.SHUT_RDWR)  # ends client.recv in the serving thread

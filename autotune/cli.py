@@ -76,6 +76,9 @@ def validate(study_name: str) -> None:
                f"{spec.trials} trials, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
                f"{info['prompts']} prompts")
+    from autotune.space import describe
+    for params in info["starting_points"]:
+        click.echo(f"  starting point: {describe(params)}")
 
 
 @cli.command()

@@ -58,6 +58,7 @@ def trial_record(t: FrozenTrial, study: optuna.Study, param_names: list[str]) ->
         "number": t.number,
         "state": t.state.name,
         "baseline": bool(a.get("baseline")),
+        "starting_point": bool(a.get("starting_point")),
         "feasible": results.feasible(t),
     }
     complete = t.state == TrialState.COMPLETE and t.values is not None
@@ -280,7 +281,8 @@ def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[Pl
                   "proposed again |", "|---:|---:|---|---|---:|---:|---:|---:|"]
         for i, t in enumerate(ranked, 1):
             m = t.user_attrs.get("metrics") or {}
-            tag = " (baseline)" if t.user_attrs.get("baseline") else ""
+            tag = (" (baseline)" if t.user_attrs.get("baseline") else
+                   " (starting point)" if t.user_attrs.get("starting_point") else "")
             lines.append(f"| {i} | {t.number}{tag} | {_value_text(t)} | {_params(t)} | {_rate(m.get('single_tok_s'))} "
                          f"| {_rate(m.get('concurrent_tok_s'))} | {_fmt(m.get('max_running_requests'))} | "
                          f"{again.get(t.number, 0)} |")

@@ -80,6 +80,7 @@ def row(t: FrozenTrial) -> dict[str, Any]:
         "detail": t.user_attrs.get("detail"),
         "stage": t.user_attrs.get("stage"),
         "baseline": bool(t.user_attrs.get("baseline")),
+        "starting_point": bool(t.user_attrs.get("starting_point")),
         "config": t.user_attrs.get("config"),
         "target": t.user_attrs.get("target"),
         "worker": t.user_attrs.get("worker"),

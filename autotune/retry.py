@@ -15,11 +15,10 @@ log = logging.getLogger("autotune")
 
 def queue_again(study: optuna.Study, trial: FrozenTrial) -> None:
     """Queue ``trial`` again as a new trial: the same parameters with their distributions and the sampler's own
-    records of it (a baseline stays the baseline; a grid trial keeps its grid point). A trial cut short before it
-    asked for every parameter gets the missing ones from the sampler as usual."""
+    records of it (a baseline stays the baseline, a starting point a starting point; a grid trial keeps its grid
+    point). A trial cut short before it asked for every parameter gets the missing ones from the sampler as usual."""
     attrs: dict[str, Any] = {"retry_of": trial.number}
-    if trial.user_attrs.get("baseline"):
-        attrs["baseline"] = True
+    attrs.update({k: True for k in ("baseline", "starting_point") if trial.user_attrs.get(k)})
     study.add_trial(optuna.trial.create_trial(
         state=TrialState.WAITING, params=trial.params, distributions=trial.distributions, user_attrs=attrs,
         system_attrs={k: v for k, v in trial.system_attrs.items() if k != "fail_reason"}))

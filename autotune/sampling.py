@@ -1,14 +1,18 @@
-"""Samplers and pruners for a study, built from the study file."""
+"""Samplers, the configs they start from, and pruners for a study, built from the study file."""
 from __future__ import annotations
 
 import optuna
 
+from autotune.engines import ArgValue
 from autotune.errors import UserError
 from autotune.space import Space
 from autotune.study import StudySpec
 
-#: random configs tried before the model-based samplers take over (when the study does not say)
+#: configs measured before the model-based samplers take over (when the study does not say): the baseline, the
+#: engine's starting points, then random ones
 DEFAULT_STARTUP_TRIALS = 8
+#: samplers that start with a few configs before their model takes over: the ones an initial design feeds
+MODEL_BASED = ("tpe", "gp")
 
 
 def make_sampler(spec: StudySpec, space: Space, finished: int) -> optuna.samplers.BaseSampler:
@@ -24,6 +28,15 @@ def make_sampler(spec: StudySpec, space: Space, finished: int) -> optuna.sampler
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
     return optuna.samplers.GridSampler(space.grid(), seed=seed)
+
+
+def initial_design(spec: StudySpec, space: Space) -> list[dict[str, ArgValue]]:
+    """The configs a new study measures right after the baseline, in order: the engine's starting points for a
+    model-based sampler (``[study] initial_design = "engine"``), none otherwise. Random search and the grid stay
+    what they say they are."""
+    if spec.sampler not in MODEL_BASED or spec.initial_design != "engine":
+        return []
+    return space.starting_points()
 
 
 def check_sampler(spec: StudySpec) -> None:

@@ -113,6 +113,25 @@ class Space:
         args = self.engine.resolve(dict(self.fixed))
         return Candidate(params=self.baseline_params(), args=args, key=self.key(args))
 
+    def starting_points(self) -> list[dict[str, ArgValue]]:
+        """The engine's starting points that this space holds, as tuned flags' values: each a config the engine
+        runs, none the baseline's config, no two the same config."""
+        values = {p.name: p.values() for p in self.params if p.type != "float" or p.step}
+        seen = {self.baseline().key}
+        out = []
+        for point in self.engine.starting_points(values, self.fixed):
+            params = {n: v for n, v in point.items() if n in values}
+            if not params or not all(p.contains(params[p.name]) for p in self.params if p.name in params):
+                continue
+            try:
+                key = self.candidate(params).key
+            except InvalidConfig:
+                continue
+            if key not in seen:
+                seen.add(key)
+                out.append(params)
+        return out
+
     def key(self, args: Args) -> str:
         """The config key: every flag but the port, which says where a config runs, not what it is (workers on
         several targets must recognise each other's configs)."""

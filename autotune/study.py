@@ -24,6 +24,8 @@ SAMPLERS = ("tpe", "gp", "random", "grid")
 #: "engine" draws it inside the range the engine accepts given the others; "fixed" draws the [space] range as
 #: written and leaves invalid combinations to be rejected before deploying (the grid sampler always does this)
 RANGES = ("engine", "fixed")
+#: how a model-based sampler's first configs after the baseline are chosen: the engine's starting points, or at random
+INITIAL_DESIGNS = ("engine", "random")
 OBJECTIVES = ("single", "concurrent", "weighted", "pareto")
 TARGET_KINDS = ("local", "ssh-process", "ssh-systemd")
 PARAM_TYPES = ("int", "float", "categorical")
@@ -160,6 +162,7 @@ class StudySpec:
     health: HealthSpec
     text: str = field(repr=False, default="")
     ranges: str = "engine"
+    initial_design: str = "engine"
 
     @property
     def directory(self) -> Path:
@@ -225,7 +228,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
 
     study = v.table(data, "study")
     v.only(study, "study", ("name", "storage", "trials", "sampler", "objective", "seed", "startup_trials", "pruning",
-                            "heartbeat", "ranges"))
+                            "heartbeat", "ranges", "initial_design"))
     name = v.get(study, "study", "name", str, path.stem)
     if not STUDY_NAME.match(name):
         v.fail("study", "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
@@ -237,6 +240,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     seed = v.integer(study, "study", "seed", None, low=0)
     startup_trials = v.integer(study, "study", "startup_trials", None, low=0)
     ranges = v.choice(study, "study", "ranges", RANGES, "engine")
+    initial_design = v.choice(study, "study", "initial_design", INITIAL_DESIGNS, "engine")
     pruning = v.get(study, "study", "pruning", bool, objective != "pareto")
     heartbeat = v.number(study, "study", "heartbeat", 10.0, low=1, high=600)
     if pruning and objective == "pareto":
@@ -257,6 +261,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
         name=name, path=path, storage=storage, trials=trials, sampler=sampler, objective=objective, seed=seed,
         startup_trials=startup_trials, pruning=pruning, heartbeat=heartbeat, targets=targets, engine=engine,
         space=space, workload=workload, constraints=constraints, health=health, text=text, ranges=ranges,
+        initial_design=initial_design,
     )
 
 

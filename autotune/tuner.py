@@ -33,7 +33,7 @@ from autotune.logs import setup as setup_logging
 from autotune.objective import Objective, Phase, auth_headers
 from autotune.progress import Progress
 from autotune.retry import fail_stale, queue_again, should_retry
-from autotune.sampling import check_sampler, make_pruner, make_sampler
+from autotune.sampling import check_sampler, initial_design, make_pruner, make_sampler
 from autotune.score import METRIC_NAMES, metrics_of
 from autotune.space import Space, describe
 from autotune.storage import load_existing_study, open_storage, redact
@@ -119,7 +119,13 @@ class Tuner:
         except InvalidConfig as e:
             raise UserError(f"{spec.path}: [engine.args] the baseline (the fixed args) is invalid: {e}") from None
         self.prompts = load_prompts(spec.workload.prompts, spec.directory)
-        return {"valid_configs": valid, "at_least": partial, "baseline": baseline.args, "prompts": len(self.prompts)}
+        return {"valid_configs": valid, "at_least": partial, "baseline": baseline.args, "prompts": len(self.prompts),
+                "starting_points": self._starting_points()}
+
+    def _starting_points(self) -> list[dict[str, Any]]:
+        """The configs a new study queues after the baseline: no more than the budget holds beside it, so a config
+        cut short and queued again behind them still fits in the budget."""
+        return initial_design(self.spec, self.space)[:max(0, self.budget - 1)]
 
     # -- the run ---------------------------------------------------------------------------------------------
 
@@ -170,6 +176,8 @@ class Tuner:
         with AdmissionLock(storage, self.storage_url, spec.name):  # other workers may be starting too
             if not any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
                 study.enqueue_trial(self.space.internal(self.space.baseline_params()), user_attrs={"baseline": True})
+                for params in self._starting_points():
+                    study.enqueue_trial(self.space.internal(params), user_attrs={"starting_point": True})
             self._sweep(study)
         return study
 
@@ -275,7 +283,8 @@ class Tuner:
             reason = results.reason(t) or t.state.name.lower()
             detail = t.user_attrs.get("detail")
             outcome = f"{reason}" + (f" ({detail[:120]})" if detail else "")
-        tag = " [baseline]" if t.user_attrs.get("baseline") else ""
+        tag = (" [baseline]" if t.user_attrs.get("baseline") else
+               " [starting point]" if t.user_attrs.get("starting_point") else "")
         log.info("trial %d%s %s: %s -> %s | %s", t.number, tag, t.state.name, params, outcome, best_text)
         self._progress.update(study)
 

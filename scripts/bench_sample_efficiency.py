@@ -73,7 +73,7 @@ from autotune import results  # noqa: E402
 from autotune.bench.workload import load_prompts  # noqa: E402
 from autotune.engines import get_engine  # noqa: E402
 from autotune.errors import InvalidConfig  # noqa: E402
-from autotune.sampling import make_sampler  # noqa: E402
+from autotune.sampling import initial_design, make_sampler  # noqa: E402
 from autotune.sim.surface import DRAFT, STEPS, TOPK, surface  # noqa: E402
 from autotune.sim.tokens import encode  # noqa: E402
 from autotune.space import Space  # noqa: E402
@@ -95,7 +95,9 @@ PROFILES: dict[str, dict[str, Any]] = {
 #: sampler setups: [study] keys (a missing key is autotune's default)
 SETUPS: dict[str, dict[str, Any]] = {
     "default": {},
-    "tpe-fixed": {"sampler": "tpe", "ranges": "fixed", "startup_trials": 8},  # the default before issue 10
+    # the default before the engine's starting points, and before that (before issue 10)
+    "tpe-random-start": {"initial_design": "random"},
+    "tpe-fixed": {"sampler": "tpe", "ranges": "fixed", "startup_trials": 8, "initial_design": "random"},
     "tpe-s4": {"sampler": "tpe", "startup_trials": 4},
     "tpe-s8": {"sampler": "tpe", "startup_trials": 8},
     "tpe-s12": {"sampler": "tpe", "startup_trials": 12},
@@ -352,6 +354,8 @@ def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, 
     bias: dict[tuple[int, int, int], float] = {}
     study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, space, 0))
     study.enqueue_trial(space.internal(space.baseline_params()), user_attrs={"baseline": True})
+    for params in initial_design(spec, space):
+        study.enqueue_trial(space.internal(params), user_attrs={"starting_point": True})
     reference: list[float] = []
 
     def objective(trial: optuna.Trial) -> float | list[float]:

@@ -22,7 +22,8 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     # one line per trial on stdout: number, params, result or failure reason, best so far
-    finished = re.findall(r"trial (\d+)(?: \[baseline\])? (COMPLETE|PRUNED|FAIL): .* -> .* \| best", r.stdout)
+    finished = re.findall(r"trial (\d+)(?: \[baseline\]| \[starting point\])? (COMPLETE|PRUNED|FAIL): .* -> .* \| best",
+                          r.stdout)
     assert [int(n) for n, _ in finished] == list(range(7))
     assert "Traceback" not in r.stderr
 

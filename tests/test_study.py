@@ -85,6 +85,8 @@ def test_repo_studies_validate() -> None:
     (VALID.replace("trials = 10", "trials = 0"), r"\[study\] trials: must be at least 1, got 0"),
     (VALID.replace("trials = 10", "trials = \"ten\""), r"\[study\] trials: must be a whole number, got 'ten'"),
     (VALID.replace("trials = 10", "sampler = \"cmaes\""), r"\[study\] sampler: must be one of tpe, gp, random, grid"),
+    (VALID.replace("trials = 10", "initial_design = \"sobol\""),
+     r"\[study\] initial_design: must be one of engine, random"),
     (VALID + "\n[health]\ninterval = 5\n", r"\[health\] interval: must be from 0.25 to 1.0, got 5"),
     (VALID.replace("low = 1\nhigh = 4", "low = 5\nhigh = 4"),
      r"\[space.speculative-num-steps\] low: must not exceed high"),

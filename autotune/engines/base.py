@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -86,6 +86,13 @@ class Engine(ABC):
         """The values of ``name`` the engine accepts given ``args`` (the fixed flags and the ``depends_on`` flags
         chosen so far), so a search space can draw only those; ``ValidRange()`` when the engine sets no bound."""
         return ValidRange()
+
+    def starting_points(self, values: Mapping[str, Sequence[ArgValue]], fixed: Mapping[str, ArgValue]) -> list[Args]:
+        """Configs worth measuring first, best bets first: what this engine's users try before anything else, so a
+        model-based sampler starts from informed configs rather than random ones. ``values`` holds the tuned flags'
+        values (in order), ``fixed`` the study's fixed args. A point may set flags that are not tuned or values the
+        space does not hold: the search space keeps only what it can run. [] when the engine has no such knowledge."""
+        return []
 
     @abstractmethod
     def render(self, command: list[str], args: Mapping[str, ArgValue]) -> list[str]:

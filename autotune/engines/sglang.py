@@ -7,7 +7,7 @@ reject are never deployed and configs it would rewrite to the same thing are mea
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import httpx
@@ -112,6 +112,32 @@ class SGLang(Engine):
             return ValidRange(irrelevant=True)
         return ValidRange(high=tree_capacity(steps, topk))
 
+    def starting_points(self, values: Mapping[str, Sequence[ArgValue]], fixed: Mapping[str, ArgValue]) -> list[Args]:
+        """An EAGLE tree is tuned by hand the same way each time: first deeper (more steps) on the narrowest tree,
+        usually the chain (topk 1, SGLang's own choice for most models, at 3 steps), then wider. So: the narrowest topk
+        at the quartiles of the steps range, then each wider topk at the median steps, every tree with its draft
+        tokens halfway into what it holds (a chain's are steps + 1)."""
+        steps_name, topk_name, draft_name = TREE_ARGS
+        if str(fixed.get("speculative-algorithm", "")).upper() not in (*TREE_ALGORITHMS, "NEXTN"):
+            return []
+        if steps_name not in values and topk_name not in values:
+            return []
+        try:
+            steps = _ints(values.get(steps_name) or [fixed[steps_name]])
+            widths = _ints(values.get(topk_name) or [fixed[topk_name]])
+            drafts = _ints(values.get(draft_name) or [fixed[draft_name]])
+        except (KeyError, TypeError, ValueError):
+            return []
+        middle = _quantile(steps, 0.5)
+        trees = [(s, widths[0]) for s in dict.fromkeys(_quantile(steps, q) for q in (0.25, 0.5, 0.75))]
+        trees += [(middle, topk) for topk in widths[1:]]
+        points: list[Args] = []
+        for s, topk in trees:
+            fits = [s + 1] if topk == 1 else [d for d in drafts if 2 <= d <= tree_capacity(s, topk)]
+            if fits:
+                points.append(dict(zip(TREE_ARGS, (s, topk, fits[len(fits) // 2]), strict=True)))
+        return points
+
     def render(self, command: list[str], args: Mapping[str, ArgValue]) -> list[str]:
         argv = list(command)
         for name, value in args.items():
@@ -181,6 +207,19 @@ class SGLang(Engine):
         if ctx:
             out["context_len"] = int(ctx)
         return out
+
+
+def _ints(values: Sequence[ArgValue]) -> list[int]:
+    """Integer flag values in ascending order; ValueError for anything else."""
+    if any(isinstance(v, bool) or float(v) != int(float(v)) for v in values):
+        raise ValueError("not integers")
+    return sorted(int(float(v)) for v in values)
+
+
+def _quantile(values: list[int], q: float) -> int:
+    """The value at quantile ``q`` of sorted ``values``: the nearest rank, a half to the even one (so the quartiles of
+    a short range spread evenly: 2, 3, 4 of 2-4)."""
+    return values[round(q * (len(values) - 1))]
 
 
 def _strip_prefix(line: str) -> str:

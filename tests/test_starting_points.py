@@ -1,0 +1,95 @@
+"""The engine's starting points: a new study measures informed configs right after the baseline (issue 10)."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from autotune.engines import get_engine
+from autotune.engines.sglang import tree_capacity
+from autotune.sampling import initial_design
+from autotune.space import Space
+from autotune.study import load_study
+from tests.conftest import run_autotune
+from tests.studies import SPEC_SPACE, status, write_study
+from tests.test_dependent_ranges import DRAFT, STEPS, TOPK, WIDE, space_of
+from tests.test_study import write
+
+EAGLE = {"speculative-algorithm": "EAGLE"}
+#: what the full space's starting points are: the chain at the quartiles of steps 1-8, then wider trees at the median
+FULL_SPACE_POINTS = [(3, 1, 4), (5, 1, 6), (6, 1, 7), (5, 2, 11), (5, 4, 17), (5, 8, 17)]
+
+
+def triples(points: list[dict]) -> list[tuple[int, int, int]]:
+    return [(p[STEPS], p[TOPK], p[DRAFT]) for p in points]
+
+
+def test_sglang_starts_deeper_on_the_chain_then_wider() -> None:
+    engine = get_engine("sglang")
+    values = {STEPS: list(range(1, 9)), TOPK: [1, 2, 4, 8], DRAFT: list(range(2, 33))}
+    points = engine.starting_points(values, EAGLE)
+    assert triples(points) == FULL_SPACE_POINTS
+    for p in points:
+        engine.resolve({**EAGLE, **p})  # each one a config SGLang runs as it is: never rejected, never rewritten
+        assert p[DRAFT] == p[STEPS] + 1 if p[TOPK] == 1 else p[DRAFT] <= tree_capacity(p[STEPS], p[TOPK])
+
+
+def test_without_a_chain_the_narrowest_tree_goes_deeper_first() -> None:
+    engine = get_engine("sglang")
+    values = {STEPS: [2, 3, 4], TOPK: [2, 4], DRAFT: list(range(2, 9))}
+    # topk 2 at steps 2, 3, 4 (drafts halfway into 2..min(8, tree)), then topk 4 at the median steps
+    assert triples(engine.starting_points(values, EAGLE)) == [(2, 2, 5), (3, 2, 5), (4, 2, 5), (3, 4, 5)]
+    # only steps tuned: the study's own tree goes deeper
+    fixed = {**EAGLE, TOPK: 4, DRAFT: 8}
+    assert triples(engine.starting_points({STEPS: list(range(1, 9))}, fixed)) == [(3, 4, 8), (5, 4, 8), (6, 4, 8)]
+
+
+def test_no_starting_points_where_sglang_drafts_no_tree() -> None:
+    engine = get_engine("sglang")
+    values = {STEPS: list(range(1, 9)), TOPK: [1, 2], DRAFT: list(range(2, 9))}
+    assert engine.starting_points(values, {"speculative-algorithm": "NGRAM"}) == []
+    assert engine.starting_points({"mem-fraction-static": [0.8, 0.9]}, {**EAGLE, STEPS: 3, TOPK: 1, DRAFT: 4}) == []
+    assert get_engine("llamacpp").starting_points(values, {}) == []
+
+
+def test_the_space_keeps_only_new_configs_it_holds(tmp_path: Path) -> None:
+    # the baseline is the 3-step chain: that point is already measured; draft tokens stop at 8 here
+    text = WIDE.replace('speculative-algorithm = "EAGLE"', 'speculative-algorithm = "EAGLE"\n'
+                        f'{STEPS} = 3\n{TOPK} = 1\n{DRAFT} = 4').replace("low = 2\nhigh = 32", "low = 2\nhigh = 8")
+    space = space_of(tmp_path, text)
+    points = space.starting_points()
+    assert triples(points) == [(5, 1, 6), (6, 1, 7), (5, 2, 5), (5, 4, 5), (5, 8, 5)]
+    assert len({space.candidate(p).key for p in points}) == len(points)
+    assert space.baseline().key not in {space.candidate(p).key for p in points}
+
+
+def test_only_model_based_samplers_get_them(tmp_path: Path) -> None:
+    engine = get_engine("sglang")
+    for extra, expected in (("", FULL_SPACE_POINTS), ('sampler = "gp"', FULL_SPACE_POINTS),
+                            ('initial_design = "random"', []), ('sampler = "random"', []), ('sampler = "grid"', [])):
+        spec = load_study(str(write(tmp_path, WIDE.replace("trials = 10", f"trials = 10\n{extra}"))))
+        assert triples(initial_design(spec, Space(spec, engine, 31555))) == expected, extra
+
+
+def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> None:
+    workload = "max_tokens = 16\nconcurrency = [1, 4]\nrequests = 2\nwarmup = 0\nmax_repeats = 1"
+    study = write_study(tmp_path, trials=4, space=SPEC_SPACE, workload=workload)
+    listed = run_autotune("validate", "--study", str(study), cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    # as many as the budget holds beside the baseline (a config cut short and queued again must still fit in it)
+    assert "starting point: steps=3 topk=1 draft-tokens=4" in listed.stdout
+    assert listed.stdout.count("starting point:") == 3
+
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "trial 1 [starting point] COMPLETE: steps=3 topk=1 draft-tokens=4" in r.stdout
+    trials = status(study)["trials"]
+    assert [t["baseline"] for t in trials] == [True, False, False, False]
+    assert [t["starting_point"] for t in trials] == [False, True, True, True]
+    assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[1:]] == FULL_SPACE_POINTS[:3]
+
+    # more trials later for the same study are the sampler's own: the starting points were queued when it was made
+    study.write_text(study.read_text().replace("trials = 4", "trials = 6"))
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    trials = status(study)["trials"]
+    assert [t["starting_point"] for t in trials] == [False, True, True, True, False, False]
+    assert all(t["state"] in ("COMPLETE", "PRUNED") for t in trials)

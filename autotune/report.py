@@ -281,8 +281,8 @@ def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[Pl
                   "proposed again |", "|---:|---:|---|---|---:|---:|---:|---:|"]
         for i, t in enumerate(ranked, 1):
             m = t.user_attrs.get("metrics") or {}
-            tag = (" (baseline)" if t.user_attrs.get("baseline") else
-                   " (starting point)" if t.user_attrs.get("starting_point") else "")
+            role = results.role(t)
+            tag = f" ({role})" if role else ""
             lines.append(f"| {i} | {t.number}{tag} | {_value_text(t)} | {_params(t)} | {_rate(m.get('single_tok_s'))} "
                          f"| {_rate(m.get('concurrent_tok_s'))} | {_fmt(m.get('max_running_requests'))} | "
                          f"{again.get(t.number, 0)} |")

@@ -8,6 +8,8 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: user attrs that say why a config was queued rather than suggested (a retry keeps them)
+ROLES = ("baseline", "starting_point")
 
 
 def retried(trials: list[FrozenTrial]) -> set[int]:
@@ -37,6 +39,11 @@ def reason(t: FrozenTrial) -> str | None:
     if t.state == TrialState.RUNNING:
         return None
     return None if feasible(t) else "constraints"
+
+
+def role(t: FrozenTrial) -> str | None:
+    """Why the trial's config was queued, in words ("baseline", "starting point"); None for the sampler's own."""
+    return next((r.replace("_", " ") for r in ROLES if t.user_attrs.get(r)), None)
 
 
 def feasible(t: FrozenTrial) -> bool:

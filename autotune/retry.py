@@ -10,6 +10,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.results import ROLES
+
 log = logging.getLogger("autotune")
 
 
@@ -18,7 +20,7 @@ def queue_again(study: optuna.Study, trial: FrozenTrial) -> None:
     records of it (a baseline stays the baseline, a starting point a starting point; a grid trial keeps its grid
     point). A trial cut short before it asked for every parameter gets the missing ones from the sampler as usual."""
     attrs: dict[str, Any] = {"retry_of": trial.number}
-    attrs.update({k: True for k in ("baseline", "starting_point") if trial.user_attrs.get(k)})
+    attrs.update({k: True for k in ROLES if trial.user_attrs.get(k)})
     study.add_trial(optuna.trial.create_trial(
         state=TrialState.WAITING, params=trial.params, distributions=trial.distributions, user_attrs=attrs,
         system_attrs={k: v for k, v in trial.system_attrs.items() if k != "fail_reason"}))

@@ -283,8 +283,8 @@ class Tuner:
             reason = results.reason(t) or t.state.name.lower()
             detail = t.user_attrs.get("detail")
             outcome = f"{reason}" + (f" ({detail[:120]})" if detail else "")
-        tag = (" [baseline]" if t.user_attrs.get("baseline") else
-               " [starting point]" if t.user_attrs.get("starting_point") else "")
+        role = results.role(t)
+        tag = f" [{role}]" if role else ""
         log.info("trial %d%s %s: %s -> %s | %s", t.number, tag, t.state.name, params, outcome, best_text)
         self._progress.update(study)
 

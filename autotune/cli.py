@@ -4,11 +4,17 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from autotune.errors import UserError
+
+if TYPE_CHECKING:
+    import optuna
+
+    from autotune.plan import Plan
+    from autotune.study import StudySpec
 
 STUDY = click.option("--study", "study_name", required=True, metavar="NAME",
                      help="A study name under ./studies, or a path to a study .toml file.")
@@ -18,11 +24,21 @@ TARGET = click.option("--target", "target_name", default=None, metavar="NAME",
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 
 
-def _tuner(study_name: str, storage: str | None = None, target: str | None = None, **options: Any):
+def _plan(study_name: str, target: str | None = None, trials: int | None = None) -> Plan:
+    """The study file checked offline for one target (see autotune.plan)."""
+    from autotune.plan import make_plan
     from autotune.study import load_study
-    from autotune.tuner import RunOptions, Tuner
 
-    return Tuner(load_study(study_name), RunOptions(storage=storage, target=target, **options))
+    return make_plan(load_study(study_name), target, trials)
+
+
+def _study(study_name: str, storage: str | None) -> tuple[StudySpec, optuna.Study]:
+    """The study file and the study as stored, for commands that only read it."""
+    from autotune.storage import load_existing_study
+    from autotune.study import load_study
+
+    spec = load_study(study_name)
+    return spec, load_existing_study(spec.name, storage or spec.storage)
 
 
 def _print_json(data: Any) -> None:
@@ -48,37 +64,41 @@ def cli() -> None:
 def run(study_name: str, trials: int | None, timeout: float | None, until: str | None, storage: str | None,
         target_name: str | None, all_targets: bool, no_restore: bool) -> None:
     """Create or resume the study and tune until its budget or deadline."""
-    options = dict(trials=trials, timeout=timeout, until=until, restore=not no_restore)
-    if not all_targets:
-        _tuner(study_name, storage, target_name, **options).run()
-        return
-    if target_name is not None:
-        raise UserError("--all-targets and --target exclude each other")
+    from autotune.plan import make_plan
     from autotune.study import load_study
     from autotune.tuner import RunOptions, Tuner
     from autotune.workers import run_all_targets
 
+    options = RunOptions(trials=trials, timeout=timeout, until=until, storage=storage, target=target_name,
+                         restore=not no_restore)
     spec = load_study(study_name)
+    if not all_targets:
+        Tuner(make_plan(spec, target_name, trials), options).run()
+        return
+    if target_name is not None:
+        raise UserError("--all-targets and --target exclude each other")
     for name in spec.targets:  # every worker's input is checked before any starts
-        Tuner(spec, RunOptions(storage=storage, target=name, **options)).validate()
-    sys.exit(run_all_targets(spec, RunOptions(storage=storage, **options)))
+        make_plan(spec, name, trials)
+    sys.exit(run_all_targets(spec, options))
 
 
 @cli.command()
 @STUDY
 def validate(study_name: str) -> None:
     """Check the study file and its space offline; deploys nothing."""
-    tuner = _tuner(study_name)
-    info = tuner.validate()
-    spec = tuner.spec
+    from autotune.plan import make_plan
+    from autotune.study import load_study
+
+    spec = load_study(study_name)
+    plans = [make_plan(spec, name) for name in spec.targets]
+    plan = plans[0]
     click.echo(f"{spec.path}: ok: {len(spec.space)} parameters, "
-               f"{'at least ' if info['at_least'] else ''}{info['valid_configs']} distinct valid configs, "
+               f"{'at least ' if plan.at_least else ''}{plan.valid_configs} distinct valid configs, "
                f"{spec.trials} trials, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
-               f"{info['prompts']} prompts")
-    from autotune.space import describe
-    for params in info["starting_points"]:
-        click.echo(f"  starting point: {describe(params)}")
+               f"{len(plan.prompts)} prompts")
+    for params in plan.starting_points:
+        click.echo(f"  starting point: {plan.engine.describe(params)}")
 
 
 @cli.command()
@@ -87,22 +107,17 @@ def validate(study_name: str) -> None:
 @JSON
 def status(study_name: str, storage: str | None, as_json: bool) -> None:
     """Every trial: number, state, params, metrics, failure reason."""
-    from autotune import results
+    from autotune import record
 
-    tuner = _tuner(study_name, storage)
-    study = tuner.open_existing()
-    rows = [results.row(t) for t in study.get_trials(deepcopy=False)]
+    spec, study = _study(study_name, storage)
+    recs = record.records(study.get_trials(deepcopy=False))
     if as_json:
-        _print_json({"study": tuner.spec.name, "trials": rows})
+        _print_json({"study": spec.name, "trials": [r.as_row() for r in recs]})
         return
-    for r in rows:
-        m = r["metrics"] or {}
-        figures = (f"single {m['single_tok_s']:.1f} tok/s, concurrent {m['concurrent_tok_s']:.1f} tok/s, "
-                   f"mrr {m.get('max_running_requests')}") if m.get("single_tok_s") is not None else ""
-        value = " / ".join(f"{v:.4g}" for v in r["values"]) if r["values"] and r["state"] == "COMPLETE" else "-"
-        params = " ".join(f"{k}={v}" for k, v in r["params"].items()) or "(fixed args)"
-        tail = ", ".join(x for x in (figures, r["reason"] or "", f"target {r['target']}" if r["target"] else "") if x)
-        click.echo(f"{r['number']:>4} {r['state']:<8} {value:>10}  {params}  {tail}")
+    for r in recs:
+        params = " ".join(f"{k}={v}" for k, v in r.params.items()) or "(fixed args)"
+        tail = ", ".join(x for x in (r.figures_text(), r.reason or "", f"target {r.target}" if r.target else "") if x)
+        click.echo(f"{r.number:>4} {r.state.name:<8} {r.values_text():>10}  {params}  {tail}")
 
 
 @cli.command()
@@ -114,24 +129,23 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
 def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool) -> None:
     """The best feasible trial: params, metrics and the full server command line."""
-    from autotune import report, results
+    from autotune import best as forms
 
-    tuner = _tuner(study_name, storage)
-    t = report.best_trial(tuner.open_existing())
-    out = report.best_document(t)
+    spec, study = _study(study_name, storage)
+    rec = forms.best_record(study)
     if as_json or fmt == "json":
-        _print_json(out)
+        _print_json(forms.document(rec))
     elif fmt == "args":
-        click.echo(report.best_args(t, report.server_env(t, tuner.spec)))
+        click.echo(forms.args_line(rec, spec))
     elif fmt == "unit":
-        click.echo(report.best_unit(t, tuner.spec, report.server_env(t, tuner.spec)), nl=False)
+        click.echo(forms.unit(rec, spec), nl=False)
     else:
         import shlex
 
-        click.echo(f"trial {t.number}: value {' / '.join(f'{v:.4g}' for v in t.values)}")
-        for k, v in results.params(t).items():
+        click.echo(f"trial {rec.number}: value {rec.values_text()}")
+        for k, v in rec.params.items():
             click.echo(f"  {k} = {v}")
-        click.echo(shlex.join(out["command"] or []))
+        click.echo(shlex.join(rec.command or []))
 
 
 @cli.command("report")
@@ -144,8 +158,8 @@ def report_cmd(study_name: str, storage: str | None, out_dir: Path) -> None:
     throughput against concurrency, timeline) for a study."""
     from autotune import report
 
-    tuner = _tuner(study_name, storage)
-    result = report.write_report(tuner.open_existing(), tuner.spec, out_dir)
+    spec, study = _study(study_name, storage)
+    result = report.write_report(study, spec, out_dir)
     click.echo(f"{out_dir / 'trials.csv'}: {result.rows} trials, {len(result.columns)} columns")
     click.echo(f"{out_dir / 'summary.md'}")
     for p in result.plots:
@@ -171,9 +185,10 @@ def dashboard(study_name: str, storage: str | None, host: str, port: int, allow_
         ssh -L 8080:127.0.0.1:8080 HOST
     """
     from autotune import dashboard as dash
+    from autotune.study import load_study
 
-    tuner = _tuner(study_name, storage)
-    board = dash.prepare(tuner.spec.name, tuner.spec.directory, tuner.storage_url, host, port, allow_remote)
+    spec = load_study(study_name)
+    board = dash.prepare(spec.name, spec.directory, storage or spec.storage, host, port, allow_remote)
     click.echo(board.banner())
     board.serve()
 
@@ -184,14 +199,15 @@ def dashboard(study_name: str, storage: str | None, host: str, port: int, allow_
 @JSON
 def bench(study_name: str, target_name: str | None, as_json: bool) -> None:
     """Measure the server deployed now with the study's workload; deploys nothing."""
-    result = _tuner(study_name, target=target_name).bench()
+    from autotune import commands
+    from autotune.record import figures_text
+
+    result = commands.bench(_plan(study_name, target_name))
     if as_json:
         _print_json(result)
         return
     m = result["metrics"]
-    click.echo(f"{result['url']}: single {m['single_tok_s']:.1f} tok/s, concurrent {m['concurrent_tok_s']:.1f} tok/s "
-               f"at {m['concurrency']}, accept length {m['accept_length']}, max_running_requests "
-               f"{m['max_running_requests']}")
+    click.echo(f"{result['url']}: {figures_text(m)}, accept length {m['accept_length']}")
 
 
 @cli.command()
@@ -201,7 +217,10 @@ def bench(study_name: str, target_name: str | None, as_json: bool) -> None:
 @TARGET
 def apply(study_name: str, number: int | None, storage: str | None, target_name: str | None) -> None:
     """Deploy the best (or a chosen) trial's config and wait until it is healthy."""
-    t = _tuner(study_name, storage, target_name).apply(number)
+    from autotune import commands
+
+    plan = _plan(study_name, target_name)
+    t = commands.apply(plan, storage or plan.spec.storage, number)
     click.echo(f"trial {t.number} deployed and healthy")
 
 
@@ -211,7 +230,9 @@ def apply(study_name: str, number: int | None, storage: str | None, target_name:
 @TARGET
 def restore(study_name: str, storage: str | None, target_name: str | None) -> None:
     """Put back the server as it was before tuning and wait until it is healthy."""
-    _tuner(study_name, storage, target_name).restore()
+    from autotune import commands
+
+    commands.restore(_plan(study_name, target_name))
     click.echo("restored")
 
 
@@ -225,7 +246,7 @@ def sim() -> None:
 @click.option("--concurrency", default=32, show_default=True, type=click.IntRange(min=1),
               help="Requests in flight for concurrent_tok_s.")
 @click.option("--space", default=None,
-              help='JSON {"speculative-num-steps": [..], ...} or a study .toml with [space.*] tables.')
+              help='JSON {"FLAG": [values], ...} or a study .toml with [space.*] tables.')
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 def sim_surface(profile: str, concurrency: int, space: str | None, as_json: bool) -> None:
     """The emulator's noise-free figures for every valid speculative config of a space."""

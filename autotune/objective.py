@@ -19,20 +19,21 @@ import socket
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-import httpx
 import optuna
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 
+from autotune import record
 from autotune.artifacts import upload_trial
 from autotune.bench.measure import Bench, Measurement
-from autotune.engines import Engine, ServerInfo
+from autotune.bringup import bring_up
+from autotune.engines import ServerInfo
 from autotune.errors import InvalidConfig, TrialFailure
-from autotune.health import check_alive, wait_ready
-from autotune.retry import fail_stale, frozen, queue_again, should_retry
+from autotune.health import check_alive
+from autotune.plan import Plan
+from autotune.retry import fail_stale, frozen, should_retry
 from autotune.score import (
     constraint_values,
     metrics_of,
@@ -42,8 +43,7 @@ from autotune.score import (
     stage_value,
     violated,
 )
-from autotune.space import Candidate, Space, describe
-from autotune.study import StudySpec
+from autotune.space import Candidate
 from autotune.targets import Deployment, Target
 
 log = logging.getLogger("autotune")
@@ -52,19 +52,10 @@ log = logging.getLogger("autotune")
 TWIN_POLL = 2.0
 #: trial states whose result a later identical config can reuse
 REUSABLE = (TrialState.COMPLETE, TrialState.PRUNED)
-#: user attrs a reused trial copies from the trial it reuses
-CARRIED_ATTRS = ("metrics", "levels", "capacity", "value_ci", "reason", "detail", "stage", "applied_key", "ready_s",
-                 "command")
 
 
 def worker_id() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
-
-
-def auth_headers(args: dict[str, Any]) -> dict[str, str]:
-    """Engines started with --api-key want it on every request."""
-    key = args.get("api-key")
-    return {"Authorization": f"Bearer {key}"} if isinstance(key, str) else {}
 
 
 @dataclass
@@ -81,22 +72,18 @@ class Objective:
 
     def __init__(
         self,
-        spec: StudySpec,
-        engine: Engine,
+        plan: Plan,
         target: Target,
-        space: Space,
-        prompts: list[str],
-        logs_dir: Path,
         should_stop: Callable[[], bool],
         on_phase: Callable[[Phase], None] = lambda phase: None,
         artifacts: FileSystemArtifactStore | None = None,
     ) -> None:
-        self.spec = spec
-        self.engine = engine
+        self.plan = plan
+        self.spec = plan.spec
+        self.engine = plan.engine
+        self.space = plan.space
         self.target = target
-        self.space = space
-        self.prompts = prompts
-        self.logs_dir = logs_dir
+        self.logs_dir = plan.logs_dir
         self.should_stop = should_stop
         self.on_phase = on_phase
         self.artifacts = artifacts
@@ -112,22 +99,19 @@ class Objective:
     # -- the trial ---------------------------------------------------------------------------------------------
 
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
-        baseline = bool(trial.user_attrs.get("baseline"))
-        trial.set_user_attr("target", self.target.name)
-        trial.set_user_attr("worker", worker_id())
+        baseline = record.is_baseline(trial)
+        record.started(trial, self.target.name, worker_id())
         self.on_start()
         self._phase(trial, "suggest")
         params = self.space.suggest(trial, only=self.space.baseline_params() if baseline else None)
-        log.info("trial %d start: %s%s", trial.number, describe(params), " (baseline)" if baseline else "")
+        log.info("trial %d start: %s%s", trial.number, self.engine.describe(params), " (baseline)" if baseline else "")
         try:
             candidate = self.space.baseline() if baseline else self.space.candidate(params)
         except InvalidConfig as e:
-            trial.set_user_attr("params", params)
+            record.candidate(trial, params)
             return self._infeasible(trial, "invalid_config", str(e), stage="validate")
         # the tuned flags as the server runs them (the sampler's own parameters may be fill fractions)
-        trial.set_user_attr("params", candidate.tuned(self.space.names))
-        trial.set_user_attr("config", candidate.args)
-        trial.set_user_attr("config_key", candidate.key)
+        record.candidate(trial, candidate.tuned(self.space.names), candidate.args, candidate.key)
 
         if not baseline:
             try:
@@ -154,7 +138,7 @@ class Objective:
             return self._retry(trial, TrialFailure("tuner_error", f"{type(e).__name__}: {e}"))
         finally:
             self._phase(trial, "done")
-            trial.set_user_attr("timings", self.timings)
+            record.timings(trial, self.timings)
             self._upload(trial, candidate)
 
     def _upload(self, trial: optuna.Trial, candidate: Candidate) -> None:
@@ -169,32 +153,31 @@ class Objective:
     def _run(self, trial: optuna.Trial, candidate: Candidate) -> float | list[float]:
         spec = self.spec
         argv = self.engine.render(spec.engine.command, candidate.args)
-        trial.set_user_attr("command", argv)
         log_path = self.logs_dir / f"trial-{trial.number:04d}.log"
-        trial.set_user_attr("log", str(log_path))
-        headers = auth_headers(candidate.args)
+        record.launched(trial, argv, str(log_path))
+        headers = self.engine.auth_headers(candidate.args)
 
-        self._phase(trial, "deploying")
-        self.deployment = deployment = self.target.deploy(argv, spec.engine.env, log_path)
-        log.info("trial %d deploy: %s", trial.number, " ".join(argv))
-        self._phase(trial, "waiting")
-        ready = wait_ready(deployment, self.engine, spec.health.interval, spec.health.timeout, headers,
-                           should_stop=self.should_stop,
-                           on_poll=lambda s: self._phase(trial, "waiting", f"{s:.0f} s"))
-        trial.set_user_attr("ready_s", round(ready.seconds, 3))
-        log.info("trial %d ready in %.1f s", trial.number, ready.seconds)
+        def deployed(deployment: Deployment) -> None:
+            self.deployment = deployment
+            log.info("trial %d deploy: %s", trial.number, " ".join(argv))
 
-        self._phase(trial, "verifying")
-        info = self._verify(trial, deployment, candidate, headers)
+        running = bring_up(lambda: self.target.deploy(argv, spec.engine.env, log_path), self.engine, spec.health,
+                           headers, candidate.tuned(self.space.names), should_stop=self.should_stop,
+                           on_stage=lambda stage, detail: self._phase(trial, stage, detail), on_deployed=deployed)
+        record.ready(trial, running.ready.seconds)
+        log.info("trial %d ready in %.1f s", trial.number, running.ready.seconds)
+        assert running.info is not None
+        info = self._capacity(trial, running.deployment, candidate, running.info)
         if spec.constraints.min_running_requests is not None and info.max_running_requests is not None \
                 and info.max_running_requests < spec.constraints.min_running_requests:
             raise TrialFailure("constraints", f"max_running_requests {info.max_running_requests} < "
                                               f"min_running_requests {spec.constraints.min_running_requests}")
 
         self._phase(trial, "measuring")
-        reference = trial.study.user_attrs.get("reference")
+        deployment = running.deployment
+        reference = record.reference(trial.study)
         self._bench = bench = Bench(
-            deployment.base_url, self.engine, spec.workload, self.prompts, headers=headers,
+            deployment.base_url, self.engine, spec.workload, self.plan.prompts, headers=headers,
             check=lambda: check_alive(deployment, self.engine), should_stop=self.should_stop,
             seed=trial.number, max_error_rate=spec.constraints.max_error_rate,
         )
@@ -203,9 +186,8 @@ class Objective:
             precision_of=lambda m: relative_precision(spec.objective, m),
         )
         metrics = metrics_of(m, info)
-        if trial.user_attrs.get("baseline"):
-            reference = {**reference_of(metrics), "trial": trial.number}
-            trial.study.set_user_attr("reference", reference)
+        if record.is_baseline(trial):
+            reference = record.set_reference(trial.study, reference_of(metrics), trial.number)
         elif reference is None and spec.objective == "weighted":
             reference = self._await_reference(trial)
         values = objective_values(spec.objective, metrics, reference)
@@ -213,26 +195,16 @@ class Objective:
         self._record_measurement(trial, m, metrics, constraints, values)
         bad = violated(constraints)
         if bad:
-            trial.set_user_attr("reason", "constraints")
-            trial.set_user_attr("detail", ", ".join(bad))
+            record.failed(trial, "constraints", ", ".join(bad))
         return values if len(values) > 1 else values[0]
 
-    def _verify(self, trial: optuna.Trial, deployment: Deployment, candidate: Candidate,
-                headers: dict[str, str]) -> ServerInfo:
-        """The server must run the requested tuned args, or a stale server is being measured."""
-        try:
-            with httpx.Client(base_url=deployment.base_url, headers=headers, timeout=10.0) as client:
-                info = self.engine.server_info(client)
-        except (httpx.HTTPError, ValueError) as e:
-            raise TrialFailure("wrong_args", f"cannot read the server's configuration: {e}") from None
-        wrong = self.engine.mismatches(candidate.tuned(self.space.names), info)
-        if wrong:
-            raise TrialFailure("wrong_args", "; ".join(wrong))
+    def _capacity(self, trial: optuna.Trial, deployment: Deployment, candidate: Candidate,
+                  info: ServerInfo) -> ServerInfo:
+        """Record what the server runs and the capacity it reports (its log cross-checks the figures)."""
         applied = {**candidate.args, **{n: info.applied[n] for n in self.space.names if n in info.applied}}
-        trial.set_user_attr("applied_key", self.space.key(applied))
         logged = self.engine.capacity_from_log(deployment.log_path.read_text(errors="replace")
                                                if deployment.log_path.exists() else "")
-        trial.set_user_attr("capacity", {
+        record.verified(trial, self.space.key(applied), {
             "max_running_requests": info.max_running_requests,
             "max_total_num_tokens": info.max_total_num_tokens,
             "log": logged,
@@ -245,7 +217,7 @@ class Objective:
     def _on_level(self, trial: optuna.Trial, step: int, concurrency: int, m: Measurement,
                   reference: dict[str, Any] | None) -> None:
         self._phase(trial, "measuring", f"concurrency {concurrency}")
-        if not self.spec.pruning or trial.user_attrs.get("baseline"):
+        if not self.spec.pruning or record.is_baseline(trial):
             return
         if reference is None and self.spec.objective in ("weighted", "concurrent"):
             return  # stage values are relative to the baseline, which another worker is still measuring
@@ -255,9 +227,7 @@ class Objective:
         trial.report(value, step)
         if trial.should_prune():
             stage = "single" if concurrency == 1 else f"c{concurrency}"
-            trial.set_user_attr("reason", "pruned")
-            trial.set_user_attr("stage", stage)
-            trial.set_user_attr("levels", [m.summary(c) for c in m.concurrencies])
+            record.pruned(trial, stage, [m.summary(c) for c in m.concurrencies])
             trial.set_constraint("failed", 0.0)
             for key in constraint_values(self.spec.constraints, None):
                 if key != "failed":
@@ -271,38 +241,29 @@ class Objective:
                             constraints: dict[str, float], values: list[float]) -> None:
         for key, value in constraints.items():
             trial.set_constraint(key, value)
-        trial.set_user_attr("metrics", metrics)
-        trial.set_user_attr("levels", [m.summary(c) for c in m.concurrencies])
-        if m.precision is not None:
-            # the 95% interval of the objective (of the first objective for pareto studies)
-            trial.set_user_attr("value_ci", [values[0] * (1 - m.precision), values[0] * (1 + m.precision)])
+        # the 95% interval of the objective (of the first objective for pareto studies)
+        ci = None if m.precision is None else [values[0] * (1 - m.precision), values[0] * (1 + m.precision)]
+        record.measured(trial, metrics, [m.summary(c) for c in m.concurrencies], ci)
 
     def _infeasible(self, trial: optuna.Trial, reason: str, detail: str, stage: str) -> float:
         for key, value in constraint_values(self.spec.constraints, None).items():
             trial.set_constraint(key, value)
-        trial.set_user_attr("reason", reason)
-        trial.set_user_attr("detail", detail[:500])
-        trial.set_user_attr("stage", stage)
+        record.failed(trial, reason, detail, stage)
         log.info("trial %d failed: %s (%s)", trial.number, reason, detail[:200])
         raise optuna.TrialPruned(f"{reason}: {detail}")
 
     def _retry(self, trial: optuna.Trial, failure: TrialFailure) -> float:
         """An infrastructure failure: FAIL this trial and queue its config again (once, unless interrupted)."""
-        retry = should_retry(trial.user_attrs, failure.reason)
-        trial.set_user_attr("reason", failure.reason)
-        trial.set_user_attr("detail", failure.detail[:500])
-        trial.set_user_attr("stage", self.phase.name)
+        retry = should_retry(trial, failure.reason)
+        record.failed(trial, failure.reason, failure.detail, self.phase.name)
         if retry:
-            queue_again(trial.study, frozen(trial))
+            record.requeue(trial.study, frozen(trial))
         log.info("trial %d failed: %s (%s)%s", trial.number, failure.reason, failure.detail[:200],
                  "; its config is queued again" if retry else "")
         return math.nan
 
     def _reuse(self, trial: optuna.Trial, prior: optuna.trial.FrozenTrial) -> float | list[float]:
-        trial.set_user_attr("reused_from", prior.number)
-        for key in CARRIED_ATTRS:
-            if key in prior.user_attrs:
-                trial.set_user_attr(key, prior.user_attrs[key])
+        record.reused(trial, prior)
         for key, value in prior.constraints.items():
             trial.set_constraint(key, value)
         log.info("trial %d reuses trial %d (same effective config)", trial.number, prior.number)
@@ -316,7 +277,7 @@ class Objective:
 
     def _measured(self, study: optuna.Study, key: str, number: int) -> optuna.trial.FrozenTrial | None:
         for t in study.get_trials(deepcopy=False, states=REUSABLE):
-            if t.number != number and key in (t.user_attrs.get("config_key"), t.user_attrs.get("applied_key")):
+            if t.number != number and key in record.config_keys(t):
                 return t
         return None
 
@@ -326,11 +287,11 @@ class Objective:
         is running; a baseline waiting in the queue (its worker died) would wait for this worker, so this trial is
         queued again behind it instead."""
         while True:
-            reference = trial.study.user_attrs.get("reference")
+            reference = record.reference(trial.study)
             if reference is not None:
                 return reference
             active = trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING, TrialState.WAITING))
-            pending = [t for t in active if t.user_attrs.get("baseline") and t.number != trial.number]
+            pending = [t for t in active if record.is_baseline(t) and t.number != trial.number]
             if not pending:
                 return None
             if all(t.state == TrialState.WAITING for t in pending):
@@ -344,7 +305,7 @@ class Objective:
         measuring it twice at once (Optuna's constant liar makes this rarer, not impossible)."""
         while True:
             twins = [t.number for t in trial.study.get_trials(deepcopy=False, states=(TrialState.RUNNING,))
-                     if t.number < trial.number and t.user_attrs.get("config_key") == key]
+                     if t.number < trial.number and record.config_keys(t)[0] == key]
             if not twins:
                 return
             self._phase(trial, "waiting for a twin", f"trial {twins[0]}")

@@ -230,15 +230,3 @@ def _float_probe(p: ParamSpec) -> list[float]:
 
 def _fmt(params: dict[str, ArgValue]) -> str:
     return " ".join(f"{k}={v}" for k, v in params.items())
-
-
-def describe(params: dict[str, ArgValue]) -> str:
-    """Short human form of params for log lines: 'steps=3 topk=1 draft=4'."""
-    return _fmt({_short(k): v for k, v in params.items()}) or "(fixed args)"
-
-
-def _short(name: str) -> str:
-    for prefix in ("speculative-num-", "speculative-eagle-", "speculative-", "spec-"):
-        if name.startswith(prefix):
-            return name[len(prefix):]
-    return name

@@ -18,6 +18,8 @@ else:  # pragma: no cover
 
 from autotune.engines import ENGINES, ArgValue
 from autotune.errors import UserError
+from autotune.tables import PLAIN_TOKEN, Reader
+from autotune.targets import TargetSpec, parse_target
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
 #: how the sampler meets a flag whose valid values depend on others (SGLang's draft tokens on steps and topk):
@@ -27,48 +29,10 @@ RANGES = ("engine", "fixed")
 #: how a model-based sampler's first configs after the baseline are chosen: the engine's starting points, or at random
 INITIAL_DESIGNS = ("engine", "random")
 OBJECTIVES = ("single", "concurrent", "weighted", "pareto")
-TARGET_KINDS = ("local", "ssh-process", "ssh-systemd")
 PARAM_TYPES = ("int", "float", "categorical")
 
-#: a value that may reach a remote shell or a unit file without surprises
-PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9_./:+=,@%-]+$")
 FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
 STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
-
-
-@dataclass(frozen=True)
-class TargetSpec:
-    name: str
-    kind: str = "local"
-    host: str = "127.0.0.1"
-    port: int = 22
-    user: str | None = None
-    key_file: str | None = None
-    known_hosts: str = "~/.ssh/known_hosts"
-    unit: str | None = None
-    workdir: str = "/tmp/autotune"
-    server_port: int = 30000
-    tunnel: bool = False
-    sudo: bool = False
-    connect_timeout: float = 10.0
-    env: dict[str, str] = field(default_factory=dict)
-    #: ssh-systemd: where units and their drop-ins live on the target
-    unit_dir: str = "/etc/systemd/system"
-    #: ssh-*: how long to keep reconnecting (with backoff) after the connection drops before failing with ssh_lost
-    reconnect_timeout: float = 60.0
-    #: ssh-*: name of a local environment variable holding the SSH password or key passphrase (never the secret itself)
-    password_env: str | None = None
-
-    @property
-    def is_remote(self) -> bool:
-        return self.kind != "local"
-
-    @property
-    def identity(self) -> str:
-        """What makes two targets the same machine and port (for the one-tuner-per-target lock)."""
-        if self.kind == "local":
-            return f"local:{self.server_port}"
-        return f"{self.user or ''}@{self.host}:{self.port}:{self.unit or self.server_port}"
 
 
 @dataclass(frozen=True)
@@ -223,7 +187,7 @@ def load_study(name_or_path: str, studies_dir: Path | None = None) -> StudySpec:
 
 
 def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
-    v = _Validator(path)
+    v = Reader(path)
     v.only(data, "", ("study", "target", "targets", "engine", "space", "workload", "constraints", "health"))
 
     study = v.table(data, "study")
@@ -265,7 +229,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     )
 
 
-def _resolve_storage(url: str, base: Path, v: _Validator) -> str:
+def _resolve_storage(url: str, base: Path, v: Reader) -> str:
     """Relative SQLite paths are relative to the study file's directory."""
     if url.startswith("sqlite:///"):
         rest = url[len("sqlite:///"):]
@@ -281,13 +245,7 @@ def _resolve_storage(url: str, base: Path, v: _Validator) -> str:
     raise AssertionError  # unreachable
 
 
-_TARGET_KEYS = (
-    "kind", "host", "port", "user", "key_file", "known_hosts", "unit", "workdir", "server_port", "tunnel",
-    "sudo", "connect_timeout", "env", "unit_dir", "reconnect_timeout", "password_env",
-)
-
-
-def _targets(data: dict[str, Any], v: _Validator) -> dict[str, TargetSpec]:
+def _targets(data: dict[str, Any], v: Reader) -> dict[str, TargetSpec]:
     if "target" in data and "targets" in data:
         v.fail("", "targets", "give either [target] or [targets.NAME] tables, not both")
     if "targets" in data:
@@ -300,68 +258,12 @@ def _targets(data: dict[str, Any], v: _Validator) -> dict[str, TargetSpec]:
                 v.fail("targets", tname, "must be a table of target keys")
             if not FLAG_NAME.match(tname):
                 v.fail("targets", tname, "target names must be letters, digits, '_' or '-'")
-            out[tname] = _target(table, f"targets.{tname}", tname, v)
+            out[tname] = parse_target(tname, table, f"targets.{tname}", v)
         return out
-    table = v.table(data, "target")
-    return {"default": _target(table, "target", "default", v)}
+    return {"default": parse_target("default", v.table(data, "target"), "target", v)}
 
 
-def _target(t: dict[str, Any], where: str, name: str, v: _Validator) -> TargetSpec:
-    v.only(t, where, _TARGET_KEYS)
-    kind = v.choice(t, where, "kind", TARGET_KINDS, "local")
-    remote = kind != "local"
-    host = v.get(t, where, "host", str, None if remote else "127.0.0.1")
-    if host is None:
-        v.fail(where, "host", f"is required for kind = {kind!r}")
-    if not PLAIN_TOKEN.match(host):
-        v.fail(where, "host", f"must be a host name or address, got {host!r}")
-    unit = v.get(t, where, "unit", str, None)
-    if kind == "ssh-systemd":
-        if unit is None:
-            v.fail(where, "unit", "is required for kind = \"ssh-systemd\" (e.g. \"sglang.service\")")
-        if not re.match(r"^[A-Za-z0-9:_.@-]+\.service$", unit):
-            v.fail(where, "unit", f"must be a systemd service name ending in .service, got {unit!r}")
-    elif unit is not None:
-        v.fail(where, "unit", f"only applies to kind = \"ssh-systemd\", not {kind!r}")
-    if not remote:
-        for key in ("user", "key_file", "tunnel", "sudo"):
-            if key in t:
-                v.fail(where, key, "only applies to ssh-process and ssh-systemd targets")
-    workdir = v.get(t, where, "workdir", str, "/tmp/autotune")
-    if not workdir.startswith(("/", "~")) or not PLAIN_TOKEN.match(workdir.lstrip("~")):
-        v.fail(where, "workdir", f"must be an absolute path of plain characters, got {workdir!r}")
-    user = v.get(t, where, "user", str, None)
-    if user is not None and not re.match(r"^[a-z_][a-z0-9_.-]*$", user):
-        v.fail(where, "user", f"must be a login name, got {user!r}")
-    env = v.get(t, where, "env", dict, {})
-    _check_env(env, f"{where}.env", v)
-    unit_dir = v.get(t, where, "unit_dir", str, "/etc/systemd/system")
-    if not unit_dir.startswith("/") or not PLAIN_TOKEN.match(unit_dir):
-        v.fail(where, "unit_dir", f"must be an absolute path of plain characters, got {unit_dir!r}")
-    password_env = v.get(t, where, "password_env", str, None)
-    if password_env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", password_env):
-        v.fail(where, "password_env", "names an environment variable (the password itself never goes in a study)")
-    return TargetSpec(
-        name=name, kind=kind, host=host, port=v.integer(t, where, "port", 22, low=1, high=65535), user=user,
-        key_file=v.get(t, where, "key_file", str, None),
-        known_hosts=v.get(t, where, "known_hosts", str, "~/.ssh/known_hosts"), unit=unit, workdir=workdir,
-        server_port=v.integer(t, where, "server_port", 30000, low=1, high=65535),
-        tunnel=v.get(t, where, "tunnel", bool, False), sudo=v.get(t, where, "sudo", bool, False),
-        connect_timeout=v.number(t, where, "connect_timeout", 10.0, low=0.5, high=300), env=env,
-        unit_dir=unit_dir, reconnect_timeout=v.number(t, where, "reconnect_timeout", 60.0, low=0, high=3600),
-        password_env=password_env,
-    )
-
-
-def _check_env(env: dict[str, Any], where: str, v: _Validator) -> None:
-    for key, value in env.items():
-        if not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-            v.fail(where, key, "environment variable names must be letters, digits and '_'")
-        if not isinstance(value, str) or not PLAIN_TOKEN.match(value):
-            v.fail(where, key, f"must be a plain string value (letters, digits, ./:+=,@%_-), got {value!r}")
-
-
-def _engine(data: dict[str, Any], v: _Validator, path: Path) -> EngineSpec:
+def _engine(data: dict[str, Any], v: Reader, path: Path) -> EngineSpec:
     e = v.table(data, "engine")
     v.only(e, "engine", ("kind", "command", "args", "env"))
     kind = v.choice(e, "engine", "kind", ENGINES, None)
@@ -374,12 +276,11 @@ def _engine(data: dict[str, Any], v: _Validator, path: Path) -> EngineSpec:
     args = v.get(e, "engine", "args", dict, {})
     for key, value in args.items():
         _check_arg(key, value, "engine.args", v)
-    env = v.get(e, "engine", "env", dict, {})
-    _check_env(env, "engine.env", v)
+    env = v.env(e, "engine", "env")
     return EngineSpec(kind=kind, command=list(command), args=dict(args), env=env)
 
 
-def _check_arg(key: str, value: Any, where: str, v: _Validator) -> None:
+def _check_arg(key: str, value: Any, where: str, v: Reader) -> None:
     if not FLAG_NAME.match(key):
         v.fail(where, key, "flag names are written without leading dashes: letters, digits, '_' and '-'")
     if isinstance(value, (bool, int)):
@@ -394,10 +295,10 @@ def _check_arg(key: str, value: Any, where: str, v: _Validator) -> None:
         v.fail(where, key, "must be a non-empty single-line string")
 
 
-def _space(data: dict[str, Any], v: _Validator, engine: EngineSpec) -> tuple[ParamSpec, ...]:
+def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSpec, ...]:
     space = v.table(data, "space")
     if not space:
-        v.fail("", "space", "is empty: name at least one server flag to tune, e.g. [space.speculative-num-steps]")
+        v.fail("", "space", "is empty: name at least one server flag to tune, as a [space.FLAG] table")
     out = []
     for name, p in space.items():
         where = f"space.{name}"
@@ -446,7 +347,7 @@ def _space(data: dict[str, Any], v: _Validator, engine: EngineSpec) -> tuple[Par
     return tuple(out)
 
 
-def _workload(data: dict[str, Any], v: _Validator) -> WorkloadSpec:
+def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
     w = v.table(data, "workload")
     where = "workload"
     v.only(w, where, ("prompts", "max_tokens", "temperature", "concurrency", "requests", "warmup",
@@ -474,7 +375,7 @@ def _workload(data: dict[str, Any], v: _Validator) -> WorkloadSpec:
     )
 
 
-def _constraints(data: dict[str, Any], v: _Validator) -> ConstraintSpec:
+def _constraints(data: dict[str, Any], v: Reader) -> ConstraintSpec:
     c = v.table(data, "constraints")
     where = "constraints"
     v.only(c, where, ("min_running_requests", "max_ttft_p99_ms", "max_itl_p99_ms", "max_error_rate"))
@@ -486,70 +387,10 @@ def _constraints(data: dict[str, Any], v: _Validator) -> ConstraintSpec:
     )
 
 
-def _health(data: dict[str, Any], v: _Validator) -> HealthSpec:
+def _health(data: dict[str, Any], v: Reader) -> HealthSpec:
     h = v.table(data, "health")
     v.only(h, "health", ("interval", "timeout"))
     return HealthSpec(
         interval=v.number(h, "health", "interval", 0.5, low=0.25, high=1.0),
         timeout=v.number(h, "health", "timeout", 900.0, low=1, high=86400),
     )
-
-
-class _Validator:
-    """Typed reads from TOML tables that fail with 'FILE: [table] key: what is allowed'."""
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-
-    def fail(self, where: str, key: str, message: str) -> None:
-        place = f"[{where}] {key}" if where else key
-        raise UserError(f"{self.path}: {place}: {message}")
-
-    def table(self, data: dict[str, Any], key: str) -> dict[str, Any]:
-        value = data.get(key, {})
-        if not isinstance(value, dict):
-            self.fail("", key, "must be a table")
-        return value
-
-    def only(self, table: dict[str, Any], where: str, allowed: tuple[str, ...]) -> None:
-        for key in table:
-            if key not in allowed:
-                self.fail(where, key, f"unknown key; allowed: {', '.join(allowed)}")
-
-    def get(self, table: dict[str, Any], where: str, key: str, kind: type, default: Any) -> Any:
-        if key not in table:
-            return default
-        value = table[key]
-        if (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
-            names = {str: "a string", bool: "true or false", list: "a list", dict: "a table"}
-            self.fail(where, key, f"must be {names.get(kind, kind.__name__)}, got {value!r}")
-        return value
-
-    def choice(self, table: dict[str, Any], where: str, key: str, allowed: tuple[str, ...], default: Any) -> Any:
-        value = self.get(table, where, key, str, default)
-        if value is not None and value not in allowed:
-            self.fail(where, key, f"must be one of {', '.join(allowed)}, got {value!r}")
-        return value
-
-    def number(self, table: dict[str, Any], where: str, key: str, default: Any,
-               low: float | None = None, high: float | None = None) -> Any:
-        return self._bounded(table, where, key, default, low, high, (int, float), "a number")
-
-    def integer(self, table: dict[str, Any], where: str, key: str, default: Any,
-                low: int | None = None, high: int | None = None) -> Any:
-        return self._bounded(table, where, key, default, low, high, (int,), "a whole number")
-
-    def _bounded(self, table: dict[str, Any], where: str, key: str, default: Any, low: float | None,
-                 high: float | None, kinds: tuple[type, ...], what: str) -> Any:
-        if key not in table:
-            return default
-        value = table[key]
-        if (isinstance(value, bool) or not isinstance(value, kinds)
-                or (isinstance(value, float) and not math.isfinite(value))):
-            self.fail(where, key, f"must be {what}, got {value!r}")
-        if (low is not None and value < low) or (high is not None and value > high):
-            rng = f"from {low} to {high}" if low is not None and high is not None else (
-                f"at least {low}" if low is not None else f"at most {high}")
-            self.fail(where, key, f"must be {rng}, got {value!r}")
-        return value
-

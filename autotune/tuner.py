@@ -11,33 +11,26 @@ import logging
 import signal
 import time
 import warnings
-from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from types import FrameType
-from typing import Any
 
-import httpx
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import results
+from autotune import record, results
 from autotune.artifacts import open_store
-from autotune.bench.measure import Bench
-from autotune.bench.workload import load_prompts
 from autotune.budget import AdmissionLock, standing
-from autotune.engines import Engine, get_engine
-from autotune.errors import InvalidConfig, TrialFailure, UserError
-from autotune.health import wait_ready
+from autotune.bringup import deploy_trial, restore_original
+from autotune.errors import TrialFailure, UserError
 from autotune.logs import setup as setup_logging
-from autotune.objective import Objective, Phase, auth_headers
+from autotune.objective import Objective, Phase
+from autotune.plan import Plan
 from autotune.progress import Progress
-from autotune.retry import fail_stale, queue_again, should_retry
-from autotune.sampling import check_sampler, initial_design, make_pruner, make_sampler
-from autotune.score import METRIC_NAMES, metrics_of
-from autotune.space import Space, describe
-from autotune.storage import load_existing_study, open_storage, redact
-from autotune.study import StudySpec, TargetSpec
+from autotune.record import TrialRecord
+from autotune.retry import fail_stale, should_retry
+from autotune.sampling import make_pruner, make_sampler
+from autotune.score import METRIC_NAMES
+from autotune.storage import open_storage, redact
 from autotune.targets import Target, make_target
 
 log = logging.getLogger("autotune")
@@ -85,53 +78,22 @@ def deadline_of(timeout: float | None, until: str | None, now: dt.datetime | Non
 
 
 class Tuner:
-    def __init__(self, spec: StudySpec, options: RunOptions) -> None:
-        self.spec = spec
+    """Runs one study on one target until its budget or deadline."""
+
+    def __init__(self, plan: Plan, options: RunOptions) -> None:
+        self.plan = plan
+        self.spec = plan.spec
         self.options = options
-        self.engine: Engine = get_engine(spec.engine.kind)
-        # commands that only read the study need no target; any target's port will do for the space
-        some_target = spec.targets.get(options.target or "", next(iter(spec.targets.values())))
-        self.space = Space(spec, self.engine, some_target.server_port)
-        self.budget = options.trials or spec.trials
+        self.budget = plan.budget
         self.deadline = deadline_of(options.timeout, options.until)
-        self.storage_url = options.storage or spec.storage
+        self.storage_url = options.storage or plan.spec.storage
         self._stop_reason: str | None = None
         self._progress = Progress(enabled=False)
-
-    # -- checks that need nothing deployed -------------------------------------------------------------------
-
-    @property
-    def target_spec(self) -> TargetSpec:
-        """The target this tuner works on (--target, or the study's only one)."""
-        return self.spec.target(self.options.target)
-
-    def validate(self) -> dict[str, Any]:
-        """Everything that can be checked offline; raises ``UserError``. Returns a short description."""
-        spec = self.spec
-        port = spec.engine.args.get(self.engine.port_flag)
-        if port is not None and port != self.target_spec.server_port:
-            raise UserError(f"{spec.path}: [engine.args] {self.engine.port_flag} = {port} but the target's "
-                            f"server_port is {self.target_spec.server_port}; set one of them only")
-        check_sampler(spec)
-        valid, partial = self.space.check()
-        try:
-            baseline = self.space.baseline()
-        except InvalidConfig as e:
-            raise UserError(f"{spec.path}: [engine.args] the baseline (the fixed args) is invalid: {e}") from None
-        self.prompts = load_prompts(spec.workload.prompts, spec.directory)
-        return {"valid_configs": valid, "at_least": partial, "baseline": baseline.args, "prompts": len(self.prompts),
-                "starting_points": self._starting_points()}
-
-    def _starting_points(self) -> list[dict[str, Any]]:
-        """The configs a new study queues after the baseline: no more than the budget holds beside it, so a config
-        cut short and queued again behind them still fits in the budget."""
-        return initial_design(self.spec, self.space)[:max(0, self.budget - 1)]
 
     # -- the run ---------------------------------------------------------------------------------------------
 
     def run(self) -> RunSummary:
-        self.validate()
-        target = make_target(self.target_spec, cwd=self.spec.directory)
+        target = make_target(self.plan.target, cwd=self.spec.directory)
         target.preflight(self.spec.engine.command)
         setup_logging(self.spec.directory / f"{self.spec.name}.log")
         optuna.logging.set_verbosity(optuna.logging.ERROR)
@@ -162,22 +124,21 @@ class Tuner:
                             f"{len(study.directions)} objective(s); objective = {spec.objective!r} needs "
                             f"{len(want)}: give the study a new name")
         trials = study.get_trials(deepcopy=False)
-        study.sampler = make_sampler(spec, self.space, len(trials))
+        study.sampler = make_sampler(spec, self.plan.space, len(trials))
         if created:
-            study.set_user_attr("objective", spec.objective)
-            study.set_user_attr("study_file", spec.text)
-            study.set_user_attr("study_path", str(spec.path))
+            record.describe_study(study, spec.objective, spec.text, str(spec.path))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(METRIC_NAMES[spec.objective])
         log.info("study %s: %s %s, storage %s, target %s (%s)", spec.name, "created" if created else "resumed",
                  f"{len(results.counted(trials))}/{self.budget} trials done", redact(self.storage_url),
-                 self.target_spec.name, self.target_spec.kind)
+                 self.plan.target.name, self.plan.target.kind)
         with AdmissionLock(storage, self.storage_url, spec.name):  # other workers may be starting too
-            if not any(t.user_attrs.get("baseline") for t in study.get_trials(deepcopy=False)):
-                study.enqueue_trial(self.space.internal(self.space.baseline_params()), user_attrs={"baseline": True})
-                for params in self._starting_points():
-                    study.enqueue_trial(self.space.internal(params), user_attrs={"starting_point": True})
+            if not record.has_baseline(study):
+                space = self.plan.space
+                record.enqueue(study, space.internal(space.baseline_params()), "baseline")
+                for params in self.plan.starting_points:
+                    record.enqueue(study, space.internal(params), "starting_point")
             self._sweep(study)
         return study
 
@@ -190,57 +151,25 @@ class Tuner:
         (or the heartbeat's)."""
         trials = study.get_trials(deepcopy=False)
         again = results.retried(trials)
+        name = self.plan.target.name
         for t in trials:
-            if (t.state != TrialState.RUNNING
-                    or t.user_attrs.get("target", self.target_spec.name) != self.target_spec.name):
+            if t.state != TrialState.RUNNING or (record.target_of(t) or name) != name:
                 continue
-            if t.number not in again and should_retry(t.user_attrs, t.user_attrs.get("reason")):
-                queue_again(study, t)
+            if t.number not in again and should_retry(t, record.reason_of(t)):
+                record.requeue(study, t)
                 log.info("trial %d was left running by a stopped tuner: failed, its config is queued again", t.number)
             else:
                 log.info("trial %d was left running by a stopped tuner: failed", t.number)
             study.tell(t.number, state=TrialState.FAIL)
 
     def _run(self, study: optuna.Study, target: Target) -> RunSummary:
-        objective = Objective(self.spec, self.engine, target, self.space, self.prompts, self._logs_dir,
-                              should_stop=self._should_stop, on_phase=self._progress.on_phase,
+        objective = Objective(self.plan, target, should_stop=self._should_stop, on_phase=self._progress.on_phase,
                               artifacts=open_store(self.spec.directory, self.spec.name))
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
         objective.on_start = admission.release
-        stopped_by = "budget"
-        backoff = 0.0
         try:
-            while True:
-                if self._stop_reason:
-                    stopped_by = "signal"
-                    break
-                if self.deadline is not None and time.time() >= self.deadline:
-                    stopped_by = "deadline"
-                    break
-                with admission:
-                    done, running = standing(study)
-                    if done >= self.budget:
-                        break
-                    if done + running >= self.budget:
-                        if self.storage.get_heartbeat_interval() is None:
-                            break  # without heartbeats a dead worker's trial cannot be told from a live one
-                        # other workers run the last trials; stay in case one of them dies and its config returns
-                        admission.release()
-                        self._sleep(WAIT_FOR_OTHERS)
-                        fail_stale(study)
-                        continue
-                    objective.phase = Phase()
-                    study.optimize(objective, n_trials=1, gc_after_trial=False)
-                if objective.phase.trial is None:
-                    continue
-                trial = study.get_trials(deepcopy=False)[objective.phase.trial]
-                self._report(study, trial)
-                if trial.state == TrialState.FAIL and not self._stop_reason:
-                    backoff = min(BACKOFF_CAP, backoff * 2 or BACKOFF_START)
-                    self._sleep(backoff)
-                else:
-                    backoff = 0.0
+            stopped_by = self._trials(study, objective, admission)
         except KeyboardInterrupt:
             self._requeue_forced(study, objective.phase.trial)
             log.info("forced stop: the server is left as it is")
@@ -248,8 +177,6 @@ class Tuner:
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        if self._stop_reason:
-            stopped_by = "signal"
         best = self._finish(study, target)
         done = len(results.counted(study.get_trials(deepcopy=False)))
         log.info("study %s stopped (%s): %d/%d trials, best %s", self.spec.name, stopped_by, done, self.budget,
@@ -257,42 +184,73 @@ class Tuner:
         return RunSummary(finished=done, budget=self.budget, stopped_by=stopped_by,
                           best=best.number if best else None)
 
+    def _trials(self, study: optuna.Study, objective: Objective, admission: AdmissionLock) -> str:
+        """Run trials one after another until the budget, the deadline or a signal; returns which ended it."""
+        backoff = 0.0
+        while True:
+            if self._stop_reason:
+                return "signal"
+            if self.deadline is not None and time.time() >= self.deadline:
+                return "deadline"
+            with admission:
+                admit = self._admit(study)
+                if admit == "done":
+                    return "signal" if self._stop_reason else "budget"
+                if admit == "wait":
+                    admission.release()
+                    self._sleep(WAIT_FOR_OTHERS)
+                    fail_stale(study)
+                    continue
+                objective.phase = Phase()
+                study.optimize(objective, n_trials=1, gc_after_trial=False)
+            if objective.phase.trial is None:
+                continue
+            trial = study.get_trials(deepcopy=False)[objective.phase.trial]
+            self._report(study, trial)
+            failed = trial.state == TrialState.FAIL and not self._stop_reason
+            backoff = min(BACKOFF_CAP, backoff * 2 or BACKOFF_START) if failed else 0.0
+            self._sleep(backoff)
+
+    def _admit(self, study: optuna.Study) -> str:
+        """Under the admission lock: "run" a trial, "wait" while other workers run the last ones (one of them may
+        die and its config come back), or "done"."""
+        done, running = standing(study)
+        if done >= self.budget:
+            return "done"
+        if done + running < self.budget:
+            return "run"
+        # without heartbeats a dead worker's trial cannot be told from a live one
+        return "done" if self.storage.get_heartbeat_interval() is None else "wait"
+
     def _requeue_forced(self, study: optuna.Study, number: int | None) -> None:
         """A second signal cut a trial short: Optuna failed it; queue its config again like an interrupted one."""
         if number is None:
             return
         trials = study.get_trials(deepcopy=False)
         t = trials[number]
-        if t.state == TrialState.FAIL and number not in results.retried(trials) and "reason" not in t.user_attrs:
-            queue_again(study, t)
+        if t.state == TrialState.FAIL and number not in results.retried(trials) and record.reason_of(t) is None:
+            record.requeue(study, t)
 
     def _report(self, study: optuna.Study, t: FrozenTrial) -> None:
         """The one line per trial a user reads: number, params, result or failure reason, best so far."""
         best = results.best(study)
         best_text = f"best {results.score(best, study):.4g} (trial {best.number})" if best else "best: none yet"
-        params = describe(results.params(t))
-        m = t.user_attrs.get("metrics") or {}
-        if t.state == TrialState.COMPLETE and results.feasible(t):
-            value = " / ".join(f"{v:.4g}" for v in t.values)
-            outcome = (f"{value} (single {m.get('single_tok_s', 0):.1f} tok/s, concurrent "
-                       f"{m.get('concurrent_tok_s', 0):.1f} tok/s, "
-                       f"max_running_requests {m.get('max_running_requests')})")
-            if "reused_from" in t.user_attrs:
-                outcome += f", reused from trial {t.user_attrs['reused_from']}"
+        rec = TrialRecord.of(t)
+        if rec.feasible:
+            outcome = f"{rec.values_text()} ({rec.figures_text()})"
+            if rec.reused_from is not None:
+                outcome += f", reused from trial {rec.reused_from}"
         else:
-            reason = results.reason(t) or t.state.name.lower()
-            detail = t.user_attrs.get("detail")
-            outcome = f"{reason}" + (f" ({detail[:120]})" if detail else "")
-        role = results.role(t)
-        tag = f" [{role}]" if role else ""
-        log.info("trial %d%s %s: %s -> %s | %s", t.number, tag, t.state.name, params, outcome, best_text)
+            outcome = (rec.reason or t.state.name.lower()) + (f" ({rec.detail[:120]})" if rec.detail else "")
+        tag = f" [{rec.role}]" if rec.role else ""
+        log.info("trial %d%s %s: %s -> %s | %s", t.number, tag, t.state.name, self.plan.engine.describe(rec.params),
+                 outcome, best_text)
         self._progress.update(study)
 
     # -- end of study ------------------------------------------------------------------------------------------
 
     def _finish(self, study: optuna.Study, target: Target) -> FrozenTrial | None:
         """Leave the target running the best feasible config, else the original; a local target is stopped."""
-        trials = study.get_trials(deepcopy=False)
         best = results.best(study)
         if not target.keeps_server:
             target.stop()
@@ -301,108 +259,26 @@ class Tuner:
         if not self.options.restore:
             log.info("--no-restore: the server is left as the last trial left it")
             return best
-        base = results.baseline(trials)
+        base = results.baseline(study.get_trials(deepcopy=False))
         beats = best is not None and (
             base is None or not results.feasible(base)
             or (best.number != base.number and results.score(best, study) > results.score(base, study)))
         if beats and best is not None:
+            rec = TrialRecord.of(best)
             try:
-                self._deploy_and_check(target, best, self._logs_dir / "final.log")
-                log.info("left running the best config: trial %d (%s)", best.number, describe(results.params(best)))
+                deploy_trial(self.plan, target, rec, self.plan.logs_dir / "final.log")
+                log.info("left running the best config: trial %d (%s)", best.number,
+                         self.plan.engine.describe(rec.params))
                 return best
             except TrialFailure as e:
                 log.info("the best config (trial %d) did not come up again: %s; restoring the original", best.number, e)
-        self._restore_original(target)
-        return best
-
-    def _restore_original(self, target: Target) -> None:
-        argv = self.engine.render(self.spec.engine.command, self.space.baseline().args)
         try:
-            deployment = target.restore(argv, self.spec.engine.env, self._logs_dir / "restore.log")
-            if deployment is not None:
-                ready = wait_ready(deployment, self.engine, self.spec.health.interval, self.spec.health.timeout,
-                                   auth_headers(self.space.fixed))
-                log.info("restored the original config: healthy after %.1f s", ready.seconds)
+            restore_original(self.plan, target)
         except TrialFailure as e:
             log.error("could not restore the original config: %s", e)
+        return best
 
-    @property
-    def _logs_dir(self) -> Path:
-        return self.spec.directory / f"{self.spec.name}-logs"
-
-    def _deploy_and_check(self, target: Target, trial: FrozenTrial, log_path: Path) -> None:
-        """Deploy a measured trial's command again and check it is healthy and runs its tuned args."""
-        config = trial.user_attrs["config"]
-        expect = {n: config[n] for n in self.space.names if n in config}
-        deployment = target.deploy(trial.user_attrs["command"], self.spec.engine.env, log_path)
-        headers = auth_headers(self.space.fixed)
-        wait_ready(deployment, self.engine, self.spec.health.interval, self.spec.health.timeout, headers)
-        with httpx.Client(base_url=deployment.base_url, headers=headers, timeout=10.0) as client:
-            info = self.engine.server_info(client)
-        wrong = self.engine.mismatches(expect, info)
-        if wrong:
-            raise TrialFailure("wrong_args", "; ".join(wrong))
-
-    def open_existing(self) -> optuna.Study:
-        """The study as stored, for commands that only read it."""
-        return load_existing_study(self.spec.name, self.storage_url)
-
-    # -- one-off commands on the target ------------------------------------------------------------------------
-
-    def apply(self, number: int | None = None) -> FrozenTrial:
-        """Deploy the best (or the chosen) measured trial's config and wait until it is healthy."""
-        study = self.open_existing()
-        if number is None:
-            trial = results.best(study)
-            if trial is None:
-                raise UserError(f"study {self.spec.name!r} has no feasible measured trial to apply")
-        else:
-            trials = study.get_trials(deepcopy=False)
-            if not 0 <= number < len(trials):
-                raise UserError(f"study {self.spec.name!r} has no trial {number} (trials 0-{len(trials) - 1})")
-            trial = trials[number]
-            if "command" not in trial.user_attrs or trial.user_attrs.get("config") is None:
-                raise UserError(f"trial {number} never deployed a server ({results.reason(trial) or trial.state.name})")
-        self._with_target(lambda target: self._deploy_and_check(target, trial, self._logs_dir / "apply.log"))
-        return trial
-
-    def restore(self) -> None:
-        """Put the target back as it was before tuning (the backed-up unit, or the study's fixed args)."""
-        self._with_target(self._restore_original)
-
-    def bench(self) -> dict[str, Any]:
-        """Measure the server deployed on the target now, with the study's workload; deploys nothing."""
-        self.validate()
-        target = make_target(self.target_spec, cwd=self.spec.directory)
-        try:
-            base_url = target.base_url()
-            headers = auth_headers(self.space.fixed)
-            try:
-                with httpx.Client(base_url=base_url, headers=headers, timeout=10.0) as client:
-                    info = self.engine.server_info(client)
-            except (httpx.HTTPError, ValueError) as e:
-                raise UserError(f"no {self.engine.kind} server answers at {base_url}: {e}") from None
-            bench = Bench(base_url, self.engine, self.spec.workload, self.prompts, headers=headers)
-            try:
-                m = bench.run()
-            except TrialFailure as e:
-                raise UserError(f"measurement failed: {e}") from None
-            return {"url": base_url, "server": {n: info.applied.get(n) for n in self.space.names},
-                    "metrics": metrics_of(m, info), "levels": [m.summary(c) for c in m.concurrencies]}
-        finally:
-            target.close()
-
-    def _with_target(self, action: Callable[[Target], object]) -> None:
-        self.validate()
-        setup_logging(self.spec.directory / f"{self.spec.name}.log")
-        target = make_target(self.target_spec, cwd=self.spec.directory)
-        try:
-            with target.lock(self.spec.name):
-                action(target)
-        finally:
-            target.close()
-
-    # -- signals and progress --------------------------------------------------------------------------------
+    # -- signals -----------------------------------------------------------------------------------------------
 
     def _on_signal(self, signum: int, frame: FrameType | None) -> None:
         if self._stop_reason:

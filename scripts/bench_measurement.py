@@ -34,8 +34,8 @@ from autotune.health import wait_ready  # noqa: E402
 from autotune.score import metrics_of  # noqa: E402
 from autotune.sim.surface import surface  # noqa: E402
 from autotune.sim.tokens import encode  # noqa: E402
-from autotune.study import TargetSpec, WorkloadSpec  # noqa: E402
-from autotune.targets.local import LocalTarget  # noqa: E402
+from autotune.study import WorkloadSpec  # noqa: E402
+from autotune.targets.local import LocalSpec, LocalTarget  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.studies import write_study  # noqa: E402
 
@@ -49,7 +49,7 @@ def measure(work: Path, config: tuple[int, int, int], workload: WorkloadSpec, sp
     """Start the emulator ``runs`` times with ``config`` and measure it; the metrics of each run, at speedup 1."""
     steps, topk, draft = config
     port = free_port()
-    target = LocalTarget(TargetSpec(name="bench", server_port=port), cwd=work)
+    target = LocalTarget(LocalSpec(name="bench", server_port=port), cwd=work)
     argv = ["autotune-sim", "--model-path", "/m", "--tp-size", "4", "--port", str(port), "--speculative-algorithm",
             "EAGLE", "--speculative-num-steps", str(steps), "--speculative-eagle-topk", str(topk),
             "--speculative-num-draft-tokens", str(draft), "--sim-time-scale", "0.01", "--sim-speedup", str(speedup)]

@@ -33,8 +33,7 @@ sys.path.insert(0, str(REPO))
 from autotune.engines import get_engine
 from autotune.errors import TrialFailure
 from autotune.health import wait_ready
-from autotune.study import TargetSpec
-from autotune.targets.local import LocalTarget
+from autotune.targets.local import LocalSpec, LocalTarget
 from tests.conftest import free_port
 from tests.studies import write_study
 
@@ -49,7 +48,7 @@ def emulator(port: int, *extra: str) -> list[str]:
 
 def ready_latency(workdir: Path, interval: float) -> float:
     port = free_port()
-    target = LocalTarget(TargetSpec(name="bench", server_port=port), cwd=workdir)
+    target = LocalTarget(LocalSpec(name="bench", server_port=port), cwd=workdir)
     truth: list[float] = []
 
     def poll() -> None:
@@ -76,7 +75,7 @@ def ready_latency(workdir: Path, interval: float) -> float:
 
 def fatal_latency(workdir: Path, interval: float, fault: list[str]) -> tuple[float, str]:
     port = free_port()
-    target = LocalTarget(TargetSpec(name="bench", server_port=port), cwd=workdir)
+    target = LocalTarget(LocalSpec(name="bench", server_port=port), cwd=workdir)
     log = workdir / f"fatal-{port}.log"
     first: list[float] = []
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import results
+from autotune.record import TrialRecord
 from autotune.engines import ValidRange, get_engine
 from autotune.engines.sglang import tree_capacity
 from autotune.errors import InvalidConfig
@@ -120,11 +120,11 @@ def test_results_show_the_flag_values_not_the_fill() -> None:
                        TOPK: optuna.distributions.CategoricalDistribution([1, 2]),
                        DRAFT + FILL: optuna.distributions.FloatDistribution(0, 1)},
         value=1.0, user_attrs={"params": {STEPS: 3, TOPK: 1, DRAFT: 4}})
-    assert results.params(trial) == {STEPS: 3, TOPK: 1, DRAFT: 4}
-    assert results.row(trial)["params"] == {STEPS: 3, TOPK: 1, DRAFT: 4}
+    assert TrialRecord.of(trial).params == {STEPS: 3, TOPK: 1, DRAFT: 4}
+    assert TrialRecord.of(trial).as_row()["params"] == {STEPS: 3, TOPK: 1, DRAFT: 4}
     old = optuna.trial.create_trial(params={STEPS: 3}, value=1.0,
                                     distributions={STEPS: optuna.distributions.IntDistribution(1, 8)})
-    assert results.params(old) == {STEPS: 3}
+    assert TrialRecord.of(old).params == {STEPS: 3}
 
 
 def test_a_default_study_never_deploys_an_invalid_tree_and_shows_real_flags(tmp_path: Path) -> None:

@@ -16,7 +16,7 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from optuna.trial import TrialState, create_trial
 
 from autotune import report
-from autotune.targets.systemd import exec_line
+from autotune.targets.unitfile import exec_line
 from tests.conftest import run_autotune
 from tests.small_study import run_cli, small_study, small_study_trials
 

@@ -11,9 +11,8 @@ from pathlib import Path
 import httpx
 import optuna
 
-from autotune.engines import get_engine
 from autotune.objective import Objective
-from autotune.space import Space
+from autotune.plan import make_plan
 from autotune.study import load_study
 from autotune.targets.base import Deployment, Target
 from autotune.targets.local import port_open
@@ -76,12 +75,10 @@ def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
     port = free_port()
     old = start_emulator(port, steps=1, topk=1, draft=2)
     try:
-        spec = load_study(str(write_study(tmp_path, port=port)))
-        engine = get_engine("sglang")
-        space = Space(spec, engine, port)
+        plan = make_plan(load_study(str(write_study(tmp_path, port=port))))
         (tmp_path / "old.log").write_text("")
-        target = StaleTarget(spec.target(), f"http://127.0.0.1:{port}", tmp_path / "old.log")
-        objective = Objective(spec, engine, target, space, ["hello"], tmp_path / "logs", should_stop=lambda: False)
+        target = StaleTarget(plan.target, f"http://127.0.0.1:{port}", tmp_path / "old.log")
+        objective = Objective(plan, target, should_stop=lambda: False)
         study = optuna.create_study(direction="maximize")
         study.enqueue_trial({"speculative-num-steps": 3, "speculative-eagle-topk": 1,
                              "speculative-num-draft-tokens": 4})

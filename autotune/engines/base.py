@@ -71,6 +71,12 @@ class Engine(ABC):
     port_flag: str = "port"
     #: the kinds of fatal log line; when one failure prints several, the kind that explains it best comes first
     fatal_kinds: tuple[str, ...] = ("oom", "invalid_args", "crashed")
+    #: the flag whose value the server wants as a bearer token on every request (None: the engine has none)
+    api_key_flag: str | None = "api-key"
+    #: prefixes dropped from flag names in short descriptions of a config ("steps=3 topk=1 draft=4")
+    short_prefixes: tuple[str, ...] = ()
+    #: the two tuned flags a contour plot is drawn over when both are tuned (() lets the report pick)
+    plot_params: tuple[str, ...] = ()
 
     @abstractmethod
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
@@ -93,6 +99,21 @@ class Engine(ABC):
         values (in order), ``fixed`` the study's fixed args. A point may set flags that are not tuned or values the
         space does not hold: the search space keeps only what it can run. [] when the engine has no such knowledge."""
         return []
+
+    def auth_headers(self, args: Mapping[str, ArgValue]) -> dict[str, str]:
+        """The headers every request to a server started with ``args`` needs (its API key, if it has one)."""
+        key = args.get(self.api_key_flag) if self.api_key_flag else None
+        return {"Authorization": f"Bearer {key}"} if isinstance(key, str) else {}
+
+    def short_name(self, flag: str) -> str:
+        for prefix in self.short_prefixes:
+            if flag.startswith(prefix):
+                return flag[len(prefix):]
+        return flag
+
+    def describe(self, params: Mapping[str, ArgValue]) -> str:
+        """A config's tuned flags in short, for log lines: 'steps=3 topk=1 draft=4' ('(fixed args)' for none)."""
+        return " ".join(f"{self.short_name(k)}={v}" for k, v in params.items()) or "(fixed args)"
 
     @abstractmethod
     def render(self, command: list[str], args: Mapping[str, ArgValue]) -> list[str]:

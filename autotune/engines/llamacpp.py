@@ -191,101 +191,21 @@ class LlamaCpp(Engine):
     #: "port_busy" first: a port taken by another process is nobody's config's fault (health.py maps a kind it
     #: does not know to "crashed"; see the note in fatal_reason)
     fatal_kinds = ("port_busy", "oom", "invalid_args", "crashed")
+    short_prefixes = ("spec-",)
 
     # -- config rules --------------------------------------------------------------------------------------------
 
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
+        """The effective config: removed flags refused, the speculative types normalised, the knobs only those types
+        read kept (under one spelling, with the server's defaults made explicit), the server's own checks applied."""
+        _refuse_removed(args)
         out: Args = dict(args)
-        for name in args:
-            if name in _REMOVED:
-                raise InvalidConfig(f"{name}: llama-server removed this flag; use {_REMOVED[name]}")
-
         st_name, st_value = _find(args, "spec-type")
         types = spec_types(st_value)
         out[st_name or "spec-type"] = _spec_type_str(types)
-
-        # draft-model knobs: only the draft-* types read them
-        md_name, md_value = _find(args, "draft-model")
-        has_md = md_name is not None and md_value not in (None, "", False)
-        needs_md = [t for t in types if t in _NEEDS_DRAFT_MODEL]
-        if needs_md and not has_md:
-            raise InvalidConfig(
-                f"spec-type {needs_md[0]} needs a draft model (-md); "
-                "without one llama-server serves without speculation"
-            )
-        drafting = any(t in _DRAFT_TYPES for t in types)
-        found = {key: _find(args, key) for key in _DRAFT_KNOBS}
-        if not drafting:
-            for name, _ in found.values():
-                if name is not None:
-                    del out[name]
-            if md_name is not None:
-                del out[md_name]
-        else:
-            vals: dict[str, ArgValue] = {}
-            for key in _DRAFT_KNOBS:
-                name, value = found[key]
-                if name is None and key in _DRAFT_DEFAULTS:
-                    name, value = _ALIASES[key][0], _DRAFT_DEFAULTS[key]
-                if name is not None:
-                    vals[key] = value
-                    found[key] = (name, value)
-            n_max = _int("spec-draft-n-max", vals["n-max"])
-            n_min = _int("spec-draft-n-min", vals["n-min"])
-            p_min = _float("spec-draft-p-min", vals["p-min"])
-            if n_max < 0:
-                raise InvalidConfig(f"spec-draft-n-max must be >= 1, got {n_max} (llama-server: invalid value)")
-            if n_max == 0:
-                # accepted at start, then the first drafted request aborts the server:
-                # "llama-context.cpp:2273: GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max) failed"
-                raise InvalidConfig("spec-draft-n-max must be >= 1, got 0 (llama-server aborts at its first request)")
-            if n_min < 0:
-                raise InvalidConfig(f"spec-draft-n-min must be >= 0, got {n_min}")
-            if n_min > n_max:
-                raise InvalidConfig(
-                    f"spec-draft-n-min ({n_min}) > spec-draft-n-max ({n_max}): llama-server would discard every draft"
-                )
-            if not 0.0 <= p_min <= 1.0:
-                raise InvalidConfig(f"spec-draft-p-min must be within [0, 1], got {p_min}")
-            # under llama-server's primary spelling, so "draft-p-min 0.0" and the default made explicit are one key
-            for name, _ in found.values():
-                if name is not None:
-                    out.pop(name, None)
-            out["spec-draft-n-max"] = n_max
-            out["spec-draft-n-min"] = n_min
-            out["spec-draft-p-min"] = p_min
-            if "p-split" in vals:
-                out["spec-draft-p-split"] = _float("spec-draft-p-split", vals["p-split"])
-
-        # per-type ngram knobs: only their own type reads them
-        for key, (owner, default) in _TYPE_KNOBS.items():
-            name, value = _find(args, key)
-            if owner not in types:
-                if name is not None:
-                    del out[name]
-                continue
-            v = default if name is None else _int(_ALIASES[key][0], value)
-            low = 0 if key in ("ngram-mod-n-max", "ngram-mod-n-min") else 1
-            high = None if key.endswith("min-hits") else 1024
-            if v < low or (high is not None and v > high):
-                bounds = f"within [{low}, {high}]" if high is not None else f">= {low}"
-                raise InvalidConfig(f"{_ALIASES[key][0]} must be {bounds}, got {v} (llama-server: invalid value)")
-            out[name or _ALIASES[key][0]] = v
-        for owner, lo_key, hi_key in (("ngram-mod", "ngram-mod-n-min", "ngram-mod-n-max"),):
-            if owner in types:
-                lo = out[_find(out, lo_key)[0] or _ALIASES[lo_key][0]]
-                hi = out[_find(out, hi_key)[0] or _ALIASES[hi_key][0]]
-                if int(lo) > int(hi):
-                    raise InvalidConfig(f"spec-ngram-mod-n-min ({lo}) > spec-ngram-mod-n-max ({hi})")
-
-        # the usual server knobs, checked as llama-server checks them
-        name, value = _find(args, "parallel")
-        if name is not None and _int(name, value) == 0:
-            raise InvalidConfig(f"{name}: 0 slots is invalid (llama-server: invalid value for n_parallel)")
-        for key in ("ctx", "threads"):
-            name, value = _find(args, key)
-            if name is not None:
-                _int(name, value)
+        _resolve_draft_knobs(args, out, types)
+        _resolve_ngram_knobs(args, out, types)
+        _check_server_knobs(args)
         return out
 
     def render(self, command: list[str], args: Mapping[str, ArgValue]) -> list[str]:
@@ -458,6 +378,88 @@ class LlamaCpp(Engine):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def _refuse_removed(args: Mapping[str, ArgValue]) -> None:
+    for name in args:
+        if name in _REMOVED:
+            raise InvalidConfig(f"{name}: llama-server removed this flag; use {_REMOVED[name]}")
+
+
+def _resolve_draft_knobs(args: Mapping[str, ArgValue], out: Args, types: tuple[str, ...]) -> None:
+    """The draft-model knobs: dropped (with the draft model) unless a draft-* type reads them, else checked as the
+    server checks them and written under its primary spelling with its defaults made explicit, so "draft-p-min 0.0"
+    and the default are one key."""
+    md_name, md_value = _find(args, "draft-model")
+    needs_md = [t for t in types if t in _NEEDS_DRAFT_MODEL]
+    if needs_md and (md_name is None or md_value in (None, "", False)):
+        raise InvalidConfig(f"spec-type {needs_md[0]} needs a draft model (-md); "
+                            "without one llama-server serves without speculation")
+    found = {key: _find(args, key) for key in _DRAFT_KNOBS}
+    for name, _ in found.values():
+        if name is not None:
+            out.pop(name, None)
+    if not any(t in _DRAFT_TYPES for t in types):
+        if md_name is not None:
+            del out[md_name]
+        return
+    vals = {key: value for key, (name, value) in found.items() if name is not None}
+    vals = {**_DRAFT_DEFAULTS, **vals}
+    n_max = _int("spec-draft-n-max", vals["n-max"])
+    n_min = _int("spec-draft-n-min", vals["n-min"])
+    p_min = _float("spec-draft-p-min", vals["p-min"])
+    if n_max < 0:
+        raise InvalidConfig(f"spec-draft-n-max must be >= 1, got {n_max} (llama-server: invalid value)")
+    if n_max == 0:
+        # accepted at start, then the first drafted request aborts the server:
+        # "llama-context.cpp:2273: GGML_ASSERT(n_outputs_max <= cparams.n_outputs_max) failed"
+        raise InvalidConfig("spec-draft-n-max must be >= 1, got 0 (llama-server aborts at its first request)")
+    if n_min < 0:
+        raise InvalidConfig(f"spec-draft-n-min must be >= 0, got {n_min}")
+    if n_min > n_max:
+        raise InvalidConfig(
+            f"spec-draft-n-min ({n_min}) > spec-draft-n-max ({n_max}): llama-server would discard every draft"
+        )
+    if not 0.0 <= p_min <= 1.0:
+        raise InvalidConfig(f"spec-draft-p-min must be within [0, 1], got {p_min}")
+    out["spec-draft-n-max"] = n_max
+    out["spec-draft-n-min"] = n_min
+    out["spec-draft-p-min"] = p_min
+    if "p-split" in vals:
+        out["spec-draft-p-split"] = _float("spec-draft-p-split", vals["p-split"])
+
+
+def _resolve_ngram_knobs(args: Mapping[str, ArgValue], out: Args, types: tuple[str, ...]) -> None:
+    """Each n-gram type's knobs: dropped unless their own type runs, else checked and made explicit."""
+    for key, (owner, default) in _TYPE_KNOBS.items():
+        name, value = _find(args, key)
+        if owner not in types:
+            if name is not None:
+                del out[name]
+            continue
+        v = default if name is None else _int(_ALIASES[key][0], value)
+        low = 0 if key in ("ngram-mod-n-max", "ngram-mod-n-min") else 1
+        high = None if key.endswith("min-hits") else 1024
+        if v < low or (high is not None and v > high):
+            bounds = f"within [{low}, {high}]" if high is not None else f">= {low}"
+            raise InvalidConfig(f"{_ALIASES[key][0]} must be {bounds}, got {v} (llama-server: invalid value)")
+        out[name or _ALIASES[key][0]] = v
+    if "ngram-mod" in types:
+        lo = out[_find(out, "ngram-mod-n-min")[0] or _ALIASES["ngram-mod-n-min"][0]]
+        hi = out[_find(out, "ngram-mod-n-max")[0] or _ALIASES["ngram-mod-n-max"][0]]
+        if int(lo) > int(hi):
+            raise InvalidConfig(f"spec-ngram-mod-n-min ({lo}) > spec-ngram-mod-n-max ({hi})")
+
+
+def _check_server_knobs(args: Mapping[str, ArgValue]) -> None:
+    """The usual server knobs, checked as llama-server checks them."""
+    name, value = _find(args, "parallel")
+    if name is not None and _int(name, value) == 0:
+        raise InvalidConfig(f"{name}: 0 slots is invalid (llama-server: invalid value for n_parallel)")
+    for key in ("ctx", "threads"):
+        name, value = _find(args, key)
+        if name is not None:
+            _int(name, value)
 
 
 def _fmt(value: ArgValue) -> str:

@@ -53,6 +53,8 @@ class SGLang(Engine):
     kind = "sglang"
     # /ready (0.5.23) answers at once; /health (older releases) is /health_generate, which holds every answer >= 1 s
     readiness_paths = ("/ready", "/health")
+    short_prefixes = ("speculative-num-", "speculative-eagle-", "speculative-")
+    plot_params = TREE_ARGS[:2]
 
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
         out: Args = dict(args)

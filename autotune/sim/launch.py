@@ -16,7 +16,8 @@ from autotune.sim.args import Resolved, SimOptions
 from autotune.sim.metrics import Metrics
 from autotune.sim.profile import Profile
 from autotune.sim.scheduler import Scheduler
-from autotune.sim.server import State, create_app
+from autotune.sim.server import create_app
+from autotune.sim.serving import State
 
 GRAPH_FAILED_MSG = (
     "Possible solutions:\n"

@@ -2,10 +2,6 @@
 from __future__ import annotations
 
 import bisect
-from typing import TYPE_CHECKING
-
-if TYPE_CHECKING:
-    from autotune.sim.scheduler import Request, Scheduler
 
 TTFT_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400]
 E2E_BUCKETS = [0.1, 0.2, 0.4, 0.6, 0.8, 1, 2, 4, 6, 8, 10, 20, 40, 60, 80, 100, 200, 400, 600, 1200, 1800, 2400]
@@ -47,22 +43,23 @@ class Metrics:
     def observe_itl(self, seconds: float, tokens: int) -> None:
         self.itl.observe(seconds, tokens)
 
-    def observe_finished(self, req: Request, e2e_seconds: float) -> None:
-        self.e2e[req.stream].observe(e2e_seconds)
-        self.prompt_tokens[req.stream] += req.prompt_tokens
-        self.generation_tokens[req.stream] += req.completion_tokens
+    def observe_finished(self, streaming: bool, prompt_tokens: int, completion_tokens: int,
+                         e2e_seconds: float) -> None:
+        self.e2e[streaming].observe(e2e_seconds)
+        self.prompt_tokens[streaming] += prompt_tokens
+        self.generation_tokens[streaming] += completion_tokens
         self.requests += 1
 
-    def update_gauges(self, sched: Scheduler) -> None:
-        used = sched.used_tokens()
+    def update_gauges(self, running: int, queued: int, used_tokens: int, gen_throughput: float,
+                      accept_length: float, accept_rate: float) -> None:
         self.gauges.update(
-            num_running_reqs=len(sched.running),
-            num_queue_reqs=len(sched.waiting),
-            num_used_tokens=used,
-            token_usage=round(used / max(self.max_total_num_tokens, 1), 2),
-            gen_throughput=sched.last_gen_throughput,
-            spec_accept_length=sched.last_accept_length,
-            spec_accept_rate=sched.last_accept_rate,
+            num_running_reqs=running,
+            num_queue_reqs=queued,
+            num_used_tokens=used_tokens,
+            token_usage=round(used_tokens / max(self.max_total_num_tokens, 1), 2),
+            gen_throughput=gen_throughput,
+            spec_accept_length=accept_length,
+            spec_accept_rate=accept_rate,
         )
 
     def render(self) -> str:

@@ -12,7 +12,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from autotune.sim import tokens
 from autotune.sim.scheduler import Request as GenRequest
-from autotune.sim.server import BadRequest, State, json_response, make_request, updates, wait_finished
+from autotune.sim.serving import BadRequest, State, json_response, make_request, updates, wait_finished
 
 # Tokens a chat template adds around each message and before the assistant's answer.
 TEMPLATE_TOKENS_PER_MESSAGE = 4

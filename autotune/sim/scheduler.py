@@ -389,7 +389,8 @@ class Scheduler:
         if req.finished:
             req.finish_time = now
             if req.log_metrics:
-                self.metrics.observe_finished(req, now - req.arrival)
+                self.metrics.observe_finished(req.stream, req.prompt_tokens, req.completion_tokens,
+                                              now - req.arrival)
         req.event.set()
 
     def _after_tokens(self) -> None:
@@ -446,7 +447,8 @@ class Scheduler:
         msg += (f"cuda graph: {self._graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
                 f"#queue-req: {len(self.waiting)}")
         self.log.info(msg)
-        self.metrics.update_gauges(self)
+        self.metrics.update_gauges(len(self.running), len(self.waiting), self.used_tokens(),
+                                   self.last_gen_throughput, self.last_accept_length, self.last_accept_rate)
 
     # ---------------------------------------------------------------------------------------------- model
 

@@ -1,10 +1,9 @@
-"""The HTTP face of the emulator: SGLang 0.5.23's native endpoints on FastAPI (OpenAI ones in openai_api)."""
+"""The HTTP face of the emulator: SGLang 0.5.23's native endpoints on FastAPI (the OpenAI ones are in openai_api,
+what both share in serving)."""
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import json
-import logging
 import secrets
 import time
 from collections.abc import AsyncIterator
@@ -13,62 +12,13 @@ from typing import Any
 from fastapi import FastAPI, Request
 from fastapi.responses import Response, StreamingResponse
 
-from autotune.sim import model, tokens
-from autotune.sim.args import Resolved, SimOptions
-from autotune.sim.metrics import Metrics
-from autotune.sim.profile import Profile
+from autotune.sim import openai_api, tokens
 from autotune.sim.scheduler import Request as GenRequest
-from autotune.sim.scheduler import Scheduler
+from autotune.sim.serving import BadRequest, State, json_response, make_request, sse, updates, wait_finished
 
 VERSION = "0.5.23"
-DEFAULT_MAX_NEW_TOKENS = 128
-# SGLang re-checks a waiting non-streaming request for a client disconnect at this interval.
-DISCONNECT_POLL_S = 4.0
-# SGLang streams one chunk per decode step. Under --sim-speedup steps come faster than a Python HTTP stack (and
-# its client) can frame them, so streams then coalesce steps: each sends at most one chunk per 2 ms, and all
-# streams together about CHUNK_RATE_BUDGET chunks per second. Token counts and timestamps stay exact.
-MIN_CHUNK_INTERVAL_S = 0.002
-CHUNK_RATE_BUDGET = 2000.0
 # Endpoints SGLang marks ADMIN_OPTIONAL: --admin-api-key guards them when set, else --api-key.
 ADMIN_PATHS = ("/flush_cache", "/freeze_gc", "/set_internal_state")
-
-
-@dataclasses.dataclass
-class State:
-    """Everything the endpoints need; ``status`` moves from Starting to Up after warm-up."""
-
-    resolved: Resolved
-    profile: Profile
-    sim: SimOptions
-    plan: model.MemoryPlan
-    scheduler: Scheduler
-    metrics: Metrics
-    launcher_log: logging.Logger
-    scheduler_log: logging.Logger
-    startup_time: dict[str, Any]
-    status: str = "Starting"
-    open_streams: int = 0
-
-    @property
-    def fields(self) -> dict[str, Any]:
-        return self.resolved.fields
-
-    @property
-    def context_len(self) -> int:
-        return self.fields["context_length"] or self.profile.model.context_length
-
-    @property
-    def max_req_input_len(self) -> int:
-        return min(self.context_len - 1, self.plan.max_total_num_tokens - 1) - 5
-
-
-def json_response(content: Any, status_code: int = 200) -> Response:
-    return Response(json.dumps(content, separators=(",", ":")), status_code=status_code,
-                    media_type="application/json")
-
-
-def sse(payload: Any) -> bytes:
-    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
 
 
 class ApiKeyMiddleware:
@@ -191,74 +141,6 @@ def output(state: State, req: GenRequest, first: bool = False) -> dict[str, Any]
     return {"text": req.text, "output_ids": list(req.output_ids), "meta_info": meta_info(state, req, first)}
 
 
-class BadRequest(ValueError):
-    """A request SGLang's tokenizer manager rejects with HTTP 400."""
-
-
-def make_request(state: State, prompt_ids: list[int], params: dict[str, Any], stream: bool,
-                 log_metrics: bool = True) -> GenRequest:
-    """Validate lengths like SGLang's tokenizer manager and build a scheduler request."""
-    ctx = state.context_len
-    if len(prompt_ids) >= ctx:
-        raise BadRequest(f"The input ({len(prompt_ids)} tokens) is longer than the model's context length "
-                         f"({ctx} tokens).")
-    max_new = params.get("max_new_tokens")
-    if max_new is None:
-        max_new = DEFAULT_MAX_NEW_TOKENS
-    if not isinstance(max_new, int) or max_new < 0:
-        raise BadRequest(f"max_new_tokens must be at least 0, got {max_new}.")
-    if max_new + len(prompt_ids) > ctx:
-        total = max_new + len(prompt_ids)
-        raise BadRequest(
-            f"Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a "
-            f"total of {total} tokens: {len(prompt_ids)} tokens from the input messages and {max_new} tokens for "
-            "the completion. Please reduce the number of tokens in the input messages or the completion to fit "
-            "within the limit."
-        )
-    temperature = params.get("temperature", 1.0)
-    return GenRequest(
-        prompt_ids=prompt_ids or [0],
-        max_new_tokens=max_new,
-        ignore_eos=bool(params.get("ignore_eos", False)),
-        temperature=float(temperature if temperature is not None else 1.0),
-        stream=stream,
-        log_metrics=log_metrics,
-    )
-
-
-async def wait_finished(state: State, req: GenRequest, request: Request | None) -> None:
-    """Wait for ``req`` to finish; abort it if the HTTP client goes away meanwhile."""
-    while not req.finished:
-        req.event.clear()
-        try:
-            await asyncio.wait_for(req.event.wait(), DISCONNECT_POLL_S)
-        except asyncio.TimeoutError:
-            if request is not None and await request.is_disconnected():
-                state.scheduler.abort(req)
-                raise BadRequest(f"Request is disconnected from the client side (type 1). Abort request "
-                                 f"obj.rid='{req.rid}'") from None
-
-
-async def updates(state: State, req: GenRequest) -> AsyncIterator[GenRequest]:
-    """Yield ``req`` after each scheduler output (coalesced if the consumer is slower), until it finishes.
-
-    The request is aborted if the consumer stops early (client disconnect)."""
-    state.open_streams += 1
-    try:
-        while True:
-            await req.event.wait()
-            req.event.clear()
-            yield req
-            if req.finished:
-                return
-            if state.sim.speedup > 1:
-                await asyncio.sleep(max(MIN_CHUNK_INTERVAL_S, state.open_streams / CHUNK_RATE_BUDGET))
-    finally:
-        state.open_streams -= 1
-        if not req.finished:
-            state.scheduler.abort(req)
-
-
 def create_app(state: State) -> FastAPI:
     """The FastAPI application with SGLang's routes (and /metrics only with --enable-metrics)."""
     app = FastAPI(openapi_url=None)
@@ -266,7 +148,20 @@ def create_app(state: State) -> FastAPI:
     fields = state.fields
     if fields["api_key"] or fields["admin_api_key"]:
         app.add_middleware(ApiKeyMiddleware, api_key=fields["api_key"], admin_api_key=fields["admin_api_key"])
+    _health_routes(app, state)
+    _info_routes(app, state)
+    _generate_routes(app, state)
+    _admin_routes(app, state)
+    _model_routes(app, state)
+    if fields["enable_metrics"]:
+        @app.get("/metrics")
+        async def metrics() -> Response:
+            return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
+    openai_api.add_routes(app, state)
+    return app
 
+
+def _health_routes(app: FastAPI, state: State) -> None:
     @app.get("/ready")
     async def ready() -> Response:
         return Response(status_code=200 if state.status == "Up" else 503)
@@ -280,14 +175,19 @@ def create_app(state: State) -> FastAPI:
         await asyncio.sleep(1)
         return Response(status_code=200)
 
+
+def _info_routes(app: FastAPI, state: State) -> None:
+    def deprecated(old: str, new: str) -> None:
+        state.launcher_log.warning(f"Endpoint '{old}' is deprecated and will be removed in a future version. Please "
+                                   f"use '{new}' instead.")
+
     @app.get("/model_info")
     async def get_model_info() -> Response:
         return json_response(model_info(state))
 
     @app.get("/get_model_info")
     async def get_model_info_deprecated() -> Response:
-        state.launcher_log.warning("Endpoint '/get_model_info' is deprecated and will be removed in a future "
-                                   "version. Please use '/model_info' instead.")
+        deprecated("/get_model_info", "/model_info")
         return json_response(model_info(state))
 
     @app.get("/server_info")
@@ -296,8 +196,7 @@ def create_app(state: State) -> FastAPI:
 
     @app.get("/get_server_info")
     async def get_server_info_deprecated() -> Response:
-        state.launcher_log.warning("Endpoint '/get_server_info' is deprecated and will be removed in a future "
-                                   "version. Please use '/server_info' instead.")
+        deprecated("/get_server_info", "/server_info")
         return json_response(server_info(state))
 
     @app.get("/get_load")
@@ -306,6 +205,8 @@ def create_app(state: State) -> FastAPI:
         return json_response([{"dp_rank": 0, "num_reqs": len(sched.running) + len(sched.waiting),
                                "num_waiting_reqs": len(sched.waiting), "num_tokens": sched.used_tokens()}])
 
+
+def _generate_routes(app: FastAPI, state: State) -> None:
     @app.api_route("/generate", methods=["POST", "PUT"])
     async def generate(request: Request) -> Response:
         try:
@@ -316,6 +217,8 @@ def create_app(state: State) -> FastAPI:
             return json_response({"error": "The request body must be a JSON object."}, 400)
         return await _generate(state, body, request)
 
+
+def _admin_routes(app: FastAPI, state: State) -> None:
     @app.api_route("/flush_cache", methods=["GET", "POST"])
     async def flush_cache(timeout: float = 0.0) -> Response:
         sched = state.scheduler
@@ -339,6 +242,8 @@ def create_app(state: State) -> FastAPI:
     async def freeze_gc() -> Response:
         return Response("Garbage collection frozen.\n", status_code=200)
 
+
+def _model_routes(app: FastAPI, state: State) -> None:
     @app.get("/v1/models")
     async def models() -> Response:
         return json_response({"object": "list", "data": [model_card(state, state.resolved.served_model_name)]})
@@ -350,15 +255,6 @@ def create_app(state: State) -> FastAPI:
                                             "type": "invalid_request_error", "param": "model",
                                             "code": "model_not_found"}}, 404)
         return json_response(model_card(state, name))
-
-    if fields["enable_metrics"]:
-        @app.get("/metrics")
-        async def metrics() -> Response:
-            return Response(state.metrics.render(), media_type="text/plain; version=0.0.4; charset=utf-8")
-
-    from autotune.sim.openai_api import add_routes
-    add_routes(app, state)
-    return app
 
 
 def model_card(state: State, name: str) -> dict[str, Any]:

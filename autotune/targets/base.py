@@ -8,9 +8,45 @@ from __future__ import annotations
 import shlex
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, ClassVar
 
-from autotune.study import TargetSpec
+from autotune.tables import Reader
+
+
+@dataclass(frozen=True)
+class TargetSpec:
+    """A target as its study file table sets it. Each kind subclasses this with its own options, declares their keys
+    in ``keys`` and reads them in ``read`` (the options every kind has are read here)."""
+
+    name: str = "default"
+    server_port: int = 30000                          # the engine's HTTP port on the target
+    env: dict[str, str] = field(default_factory=dict)  # environment variables for the server
+
+    #: the ``kind = "..."`` this spec is for
+    kind: ClassVar[str] = ""
+    #: the keys of its table besides ``kind``
+    keys: ClassVar[tuple[str, ...]] = ("server_port", "env")
+
+    @classmethod
+    def parse(cls, name: str, table: dict[str, Any], where: str, reader: Reader) -> TargetSpec:
+        """The spec for one ``[target]``/``[targets.NAME]`` table (its keys already checked against ``keys``)."""
+        return cls(name=name, **cls.read(table, where, reader))
+
+    @classmethod
+    def read(cls, table: dict[str, Any], where: str, reader: Reader) -> dict[str, Any]:
+        return {"server_port": reader.integer(table, where, "server_port", 30000, low=1, high=65535),
+                "env": reader.env(table, where, "env")}
+
+    @property
+    def identity(self) -> str:
+        """What makes two targets the same machine and port (for the one-tuner-per-target lock)."""
+        return f"{self.kind}:{self.server_port}"
+
+    def unit_note(self, study: str) -> list[str]:
+        """Comment lines for `autotune best --format unit` about how this target runs the server ([] if none)."""
+        return []
 
 
 class Deployment(ABC):
@@ -38,7 +74,8 @@ class Deployment(ABC):
 class Target(ABC):
     """A machine and port the tuner deploys servers to."""
 
-    def __init__(self, spec: TargetSpec) -> None:
+    def __init__(self, spec: TargetSpec, cwd: Path | None = None) -> None:
+        """``cwd``: where relative paths of the study resolve (a local server starts there)."""
         self.spec = spec
 
     @property

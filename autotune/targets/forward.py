@@ -89,10 +89,10 @@ class LocalForward:
             except paramiko.ChannelException:
                 return None  # the target could not connect (nothing listens there yet): refuse this one
             except (*LINK_ERRORS, OSError) as e:
-                if self.conn._alive(transport):
+                if self.conn.alive(transport):
                     log.debug("ssh forward %s: %s", self.port, describe_error(e))
                     return None
-                self.conn._drop(generation)
+                self.conn.drop(generation)
         return None
 
     def _serve(self, client: socket.socket, peer: tuple[str, int]) -> None:

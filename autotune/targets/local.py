@@ -6,22 +6,20 @@ tuner is found and stopped by the next one instead of holding the port (and, on 
 """
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import shutil
-import signal
 import socket
 import subprocess
 import time
-from collections.abc import Callable
 from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
 
 from autotune.errors import TrialFailure, UserError
 from autotune.lock import FileLock, holder_description, state_dir
-from autotune.study import TargetSpec
-from autotune.targets.base import Deployment, Target
+from autotune.targets.base import Deployment, Target, TargetSpec
+from autotune.targets.programs.ports import kill_group, port_holder
 
 STOP_GRACE = 10.0      # seconds between SIGTERM and SIGKILL
 PORT_WAIT = 30.0       # seconds to wait for the port to be released after the tree is gone
@@ -50,11 +48,18 @@ class LocalDeployment(Deployment):
         return data[:end].decode("utf-8", "replace")
 
 
+@dataclass(frozen=True)
+class LocalSpec(TargetSpec):
+    """kind = "local": the server runs on this machine (only the common options)."""
+
+    kind = "local"
+
+
 class LocalTarget(Target):
     keeps_server = False
 
     def __init__(self, spec: TargetSpec, cwd: Path | None = None) -> None:
-        super().__init__(spec)
+        super().__init__(spec, cwd)
         self.cwd = cwd
         self.current: LocalDeployment | None = None
         self._pidfile = state_dir() / f"local-{spec.server_port}.pid"
@@ -97,7 +102,8 @@ class LocalTarget(Target):
         if self.current is None:
             return
         proc, self.current = self.current.proc, None
-        kill_group(proc.pid, proc.poll)
+        kill_group(proc.pid, STOP_GRACE)
+        proc.poll()  # reap the leader
         self._pidfile.unlink(missing_ok=True)
         wait_port_free(self.spec.server_port)
 
@@ -113,7 +119,7 @@ class LocalTarget(Target):
             return
         pid = int(record.get("pid", 0))
         if pid > 0 and _is_group_leader(pid):
-            kill_group(pid)
+            kill_group(pid, STOP_GRACE)
             wait_port_free(self.spec.server_port)
         self._pidfile.unlink(missing_ok=True)
 
@@ -126,44 +132,6 @@ def resolve_command(command: str, cwd: Path | None) -> str | None:
     if not path.is_absolute() and cwd is not None:
         path = cwd / path
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
-
-
-def kill_group(pgid: int, reap: Callable[[], object] | None = None) -> None:
-    """SIGTERM the process group, SIGKILL it after STOP_GRACE, and wait until every member is gone.
-
-    ``reap`` collects the exit status of the group leader when it is our own child.
-    """
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(pgid, sig)
-        deadline = time.monotonic() + STOP_GRACE
-        while time.monotonic() < deadline:
-            if reap is not None:
-                reap()
-            if not _group_alive(pgid):
-                return
-            time.sleep(0.05)
-
-
-def _group_alive(pgid: int) -> bool:
-    try:
-        os.killpg(pgid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    # members that have exited but are not reaped yet still count for killpg; look for a live one
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat.rsplit(")", 1)[1].split()
-        if int(fields[2]) == pgid and fields[0] != "Z":
-            return True
-    return False
 
 
 def _is_group_leader(pid: int) -> bool:
@@ -187,31 +155,3 @@ def wait_port_free(port: int, timeout: float = PORT_WAIT) -> bool:
             return False
         time.sleep(0.05)
     return True
-
-
-def port_holder(port: int) -> str | None:
-    """'pid N (command line)' of the local process listening on ``port``, from /proc; None if unknown."""
-    inodes = set()
-    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
-        try:
-            lines = Path(table).read_text().splitlines()[1:]
-        except OSError:
-            continue
-        for line in lines:
-            parts = line.split()
-            if len(parts) > 9 and parts[3] == "0A" and int(parts[1].rsplit(":", 1)[1], 16) == port:
-                inodes.add(parts[9])
-    if not inodes:
-        return None
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            for fd in (proc / "fd").iterdir():
-                target = os.readlink(fd)
-                if target.startswith("socket:[") and target[8:-1] in inodes:
-                    cmd = (proc / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-                    return f"pid {proc.name} ({cmd[:120]})"
-        except OSError:
-            continue
-    return None

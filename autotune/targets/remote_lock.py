@@ -7,15 +7,12 @@ import logging
 import posixpath
 import shlex
 import time
-from typing import TYPE_CHECKING
 
 import paramiko
 
 from autotune.errors import TrialFailure, UserError
 from autotune.lock import describe
-
-if TYPE_CHECKING:
-    from autotune.targets.ssh import SSHConnection
+from autotune.targets.ssh import SSHConnection
 
 log = logging.getLogger(__name__)
 

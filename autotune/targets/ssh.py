@@ -26,6 +26,7 @@ import contextlib
 import logging
 import os
 import posixpath
+import re
 import shlex
 import socket
 import stat as stat_mod
@@ -33,15 +34,13 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, TypeVar
 
 import paramiko
 
 from autotune.errors import TrialFailure, UserError
-from autotune.study import TargetSpec
-
-if TYPE_CHECKING:
-    from autotune.targets.forward import LocalForward
+from autotune.tables import PLAIN_TOKEN, Reader
+from autotune.targets.base import TargetSpec
 
 log = logging.getLogger(__name__)
 
@@ -54,7 +53,62 @@ SFTP_TIMEOUT = 30.0         # deadline of one SFTP request
 BACKOFF_FIRST = 0.5         # first pause between reconnection attempts; doubles up to BACKOFF_MAX
 BACKOFF_MAX = 8.0
 READ_LIMIT = 4 << 20        # at most this much log is fetched by one read
+USER_NAME = re.compile(r"^[a-z_][a-z0-9_.-]*$")
+DEFAULT_WORKDIR = "/tmp/autotune"
 
+
+@dataclass(frozen=True)
+class SSHSpec(TargetSpec):
+    """The options of a target reached over SSH (the ssh-* kinds subclass it)."""
+
+    host: str = ""
+    port: int = 22
+    user: str | None = None
+    key_file: str | None = None
+    known_hosts: str = "~/.ssh/known_hosts"
+    #: name of a local environment variable holding the SSH password or key passphrase (never the secret itself)
+    password_env: str | None = None
+    #: reach server_port through SSH port forwarding (the server may listen on the target's loopback only)
+    tunnel: bool = False
+    #: logs, pid files, the lock and backups on the target
+    workdir: str = DEFAULT_WORKDIR
+    connect_timeout: float = 10.0
+    #: how long to keep reconnecting (with backoff) after the connection drops before failing with ssh_lost
+    reconnect_timeout: float = 60.0
+
+    keys = (*TargetSpec.keys, "host", "port", "user", "key_file", "known_hosts", "password_env", "tunnel", "workdir",
+            "connect_timeout", "reconnect_timeout")
+
+    @classmethod
+    def read(cls, table: dict[str, Any], where: str, reader: Reader) -> dict[str, Any]:
+        host = reader.get(table, where, "host", str, None)
+        if host is None:
+            reader.fail(where, "host", f"is required for kind = {cls.kind!r}")
+        if not PLAIN_TOKEN.match(host):
+            reader.fail(where, "host", f"must be a host name or address, got {host!r}")
+        user = reader.get(table, where, "user", str, None)
+        if user is not None and not USER_NAME.match(user):
+            reader.fail(where, "user", f"must be a login name, got {user!r}")
+        workdir = reader.get(table, where, "workdir", str, DEFAULT_WORKDIR)
+        if not workdir.startswith(("/", "~")) or not PLAIN_TOKEN.match(workdir.lstrip("~")):
+            reader.fail(where, "workdir", f"must be an absolute path of plain characters, got {workdir!r}")
+        password_env = reader.get(table, where, "password_env", str, None)
+        if password_env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", password_env):
+            reader.fail(where, "password_env",
+                        "names an environment variable (the password itself never goes in a study)")
+        return {
+            **super().read(table, where, reader), "host": host, "user": user, "workdir": workdir,
+            "port": reader.integer(table, where, "port", 22, low=1, high=65535),
+            "key_file": reader.get(table, where, "key_file", str, None),
+            "known_hosts": reader.get(table, where, "known_hosts", str, "~/.ssh/known_hosts"),
+            "password_env": password_env, "tunnel": reader.get(table, where, "tunnel", bool, False),
+            "connect_timeout": reader.number(table, where, "connect_timeout", 10.0, low=0.5, high=300),
+            "reconnect_timeout": reader.number(table, where, "reconnect_timeout", 60.0, low=0, high=3600),
+        }
+
+    @property
+    def identity(self) -> str:
+        return f"{self.user or ''}@{self.host}:{self.port}:{self.server_port}"
 
 
 class _QuietRefusedForwards(logging.Filter):
@@ -131,7 +185,7 @@ class _RefuseUnknown(paramiko.RejectPolicy):
 class SSHConnection:
     """The one SSH connection of a target, reopened on demand. Thread-safe for the calls below."""
 
-    def __init__(self, spec: TargetSpec, *, keepalive: float = KEEPALIVE) -> None:
+    def __init__(self, spec: SSHSpec, *, keepalive: float = KEEPALIVE) -> None:
         self.spec = spec
         self.keepalive = keepalive
         #: deadline of one SFTP request, and of the liveness probe after a timed-out call
@@ -150,7 +204,6 @@ class SSHConnection:
         self.on_reconnect: list[Callable[[], None]] = []
         #: called (under the connection lock) whenever the live transport is handed out; cheap local checks only
         self.watchers: list[Callable[[], None]] = []
-        self._forwards: dict[tuple[str, int], LocalForward] = {}
         self._home: str | None = None
 
     # -- connection life -----------------------------------------------------------------------------------
@@ -165,7 +218,7 @@ class SSHConnection:
                     watch()
                 return transport
             first = self._client is None and self.generation == 0
-            self._drop()
+            self.drop()
             self._connect_with_backoff(first)
             transport = self._client.get_transport() if self._client is not None else None
             assert transport is not None
@@ -178,12 +231,9 @@ class SSHConnection:
     def close(self) -> None:
         with self._lock:
             self._closed = True
-            for fwd in list(self._forwards.values()):
-                fwd.close()
-            self._forwards.clear()
-            self._drop()
+            self.drop()
 
-    def _drop(self, generation: int | None = None) -> None:
+    def drop(self, generation: int | None = None) -> None:
         """Forget the current connection (if it is still ``generation``)."""
         with self._lock:
             if generation is not None and generation != self.generation:
@@ -320,13 +370,13 @@ class SSHConnection:
             try:
                 return fn(transport)
             except _RemoteTimeout as e:
-                if self._alive(transport):
+                if self.alive(transport):
                     raise TrialFailure("deploy_failed", f"{what} did not finish within {e.seconds:g} s on "
                                                         f"{self.label}") from None
                 cause: BaseException = e
             except TimeoutError as e:
                 # an SFTP request or a channel open went unanswered: a dead link, or a stuck SFTP session
-                if self._alive(transport):
+                if self.alive(transport):
                     self._reset_sftp()
                     if retry and attempt == 0:
                         continue
@@ -334,7 +384,7 @@ class SSHConnection:
                                                    f"{self.sftp_timeout:g} s") from None
                 cause = e
             except LINK_ERRORS as e:
-                if self._alive(transport):
+                if self.alive(transport):
                     self._reset_sftp()
                     # a channel that never opened ran nothing: even a non-idempotent call may try again
                     if (retry or isinstance(e, _OpenFailed)) and attempt == 0:
@@ -348,7 +398,7 @@ class SSHConnection:
                     raise  # a remote error answer (e.g. an SFTP "no such file"), not a connection problem
                 cause = e
             log.warning("ssh %s: %s failed (%s); reconnecting", self.label, what, describe_error(cause))
-            self._drop(generation)
+            self.drop(generation)
             if not retry or attempt == 1:
                 raise TrialFailure("ssh_lost", f"connection to {self.label} dropped during {what}: "
                                                f"{describe_error(cause)}")
@@ -361,7 +411,7 @@ class SSHConnection:
                     self._sftp.close()
             self._sftp = None
 
-    def _alive(self, transport: paramiko.Transport) -> bool:
+    def alive(self, transport: paramiko.Transport) -> bool:
         """Whether the connection still answers: a channel open gets a reply (even a refusal) within
         ``probe_timeout``. Only a closed transport or silence means it is gone."""
         if not transport.is_active():
@@ -422,7 +472,7 @@ class SSHConnection:
                 if time.monotonic() > deadline:
                     raise _RemoteTimeout(timeout)
             status = chan.recv_exit_status()
-            if status == -1 and not self._alive(transport):
+            if status == -1 and not self.alive(transport):
                 # no exit status because the connection died under the command (paramiko closes the channels
                 # a moment before it marks the transport inactive); a live connection means a remote signal
                 raise EOFError("the SSH connection closed during the command")
@@ -564,18 +614,6 @@ class SSHConnection:
 
     def rename(self, src: str, dst: str) -> None:
         self.sftp(lambda s: s.posix_rename(src, dst), f"renaming {src}")
-
-    # -- port forwarding -----------------------------------------------------------------------------------
-    def forward(self, remote_port: int, remote_host: str = "127.0.0.1") -> LocalForward:
-        """A local listener on 127.0.0.1 whose connections reach ``remote_host:remote_port`` as seen from the
-        target, through this connection (the same local port for the connection's whole life)."""
-        from autotune.targets.forward import LocalForward  # forward.py builds on this module
-        with self._lock:
-            key = (remote_host, remote_port)
-            fwd = self._forwards.get(key)
-            if fwd is None or fwd.closed:
-                fwd = self._forwards[key] = LocalForward(self, remote_host, remote_port)
-            return fwd
 
 
 class _OpenFailed(paramiko.SSHException):

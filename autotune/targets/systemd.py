@@ -14,11 +14,7 @@ from the local one). ``restore`` puts the drop-in back as it was (removes ours, 
 there), reloads, restarts the unit if it was running before tuning, and then archives the backup (renamed
 ``backup.restored-<time>.json``) so the next study starts from the unit as it is then.
 
-ExecStart quoting (systemd.service(5), "Command lines"): every word is written in double quotes with C escapes for
-``\\``, ``"`` and control characters; ``%`` is doubled (specifiers are expanded everywhere in the line, quotes or
-not) and ``$`` is doubled (environment variables are substituted in every argument). A quoted lone ``;`` is an
-argument, not a command separator. The executable (first word) must be a plain path or name: systemd expands no
-variables there and reads ``-@:+!`` prefixes from it, so anything else is refused before deploying.
+The unit-file text (ExecStart= quoting) is written by unitfile.py.
 
 Logs: ``journalctl _SYSTEMD_INVOCATION_ID=<id> + INVOCATION_ID=<id>`` (the service's output and systemd's messages
 about that start; the id is read right after ``systemctl start``), continued with ``--after-cursor``: exactly this
@@ -33,17 +29,18 @@ import re
 import secrets
 import threading
 import time
-from contextlib import AbstractContextManager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import holder_description, state_dir
-from autotune.study import TargetSpec
-from autotune.targets.base import Deployment, Target
+from autotune.lock import state_dir
+from autotune.tables import PLAIN_TOKEN, Reader
 from autotune.targets.logfollow import LogFollower
-from autotune.targets.process import FIND_PYTHON, HELPER, remote_base_url, remote_preflight
-from autotune.targets.remote_lock import RemoteLock
-from autotune.targets.ssh import Completed, SSHConnection, sh_command
+from autotune.targets.base import Deployment
+from autotune.targets.remote import FIND_PYTHON, RemoteTarget, program_line
+from autotune.targets.ssh import Completed, SSHConnection, SSHSpec, sh_command
+from autotune.targets.unitfile import exec_line, render_dropin
 
 DROPIN_NAME = "zz-autotune.conf"
 SYSTEMCTL_TIMEOUT = 300.0   # start/stop wait for the unit's own TimeoutStartSec/TimeoutStopSec (90 s by default)
@@ -54,64 +51,44 @@ SHOW_PROPS = ("ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStat
               "InvocationID", "NRestarts")
 #: where systemd (>= 239) looks for an ExecStart= executable given without a path (not the login PATH)
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
 _RUNNING = ("active", "reloading", "activating", "deactivating")
-_EXECUTABLE = re.compile(r"^[A-Za-z0-9_./+=,][A-Za-z0-9_./+=,@:-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _CLD_KILLED, _CLD_DUMPED = 2, 3
 
 
-# -- rendering ---------------------------------------------------------------------------------------------------
-def _c_escape(text: str) -> str:
-    out = []
-    for ch in text:
-        if ch == "\\":
-            out.append("\\\\")
-        elif ch == '"':
-            out.append('\\"')
-        elif ch == "\n":
-            out.append("\\n")
-        elif ch == "\t":
-            out.append("\\t")
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\x{ord(ch):02x}")
-        else:
-            out.append(ch)
-    return "".join(out).replace("%", "%%")
+@dataclass(frozen=True)
+class SystemdSpec(SSHSpec):
+    """kind = "ssh-systemd": the SSH options, and the unit that runs the server."""
 
+    unit: str = ""
+    #: where units and their drop-ins live on the target
+    unit_dir: str = "/etc/systemd/system"
+    #: run systemctl, journalctl, install and rm through passwordless ``sudo -n``
+    sudo: bool = False
 
-def exec_word(word: str) -> str:
-    """One argument of an ExecStart= line, reaching the process exactly as ``word``."""
-    return '"' + _c_escape(word).replace("$", "$$") + '"'
+    kind = "ssh-systemd"
+    keys = (*SSHSpec.keys, "unit", "unit_dir", "sudo")
 
+    @classmethod
+    def read(cls, table: dict[str, Any], where: str, reader: Reader) -> dict[str, Any]:
+        unit = reader.get(table, where, "unit", str, None)
+        if unit is None:
+            reader.fail(where, "unit", "is required for kind = \"ssh-systemd\" (e.g. \"sglang.service\")")
+        if not UNIT_NAME.match(unit):
+            reader.fail(where, "unit", f"must be a systemd service name ending in .service, got {unit!r}")
+        unit_dir = reader.get(table, where, "unit_dir", str, "/etc/systemd/system")
+        if not unit_dir.startswith("/") or not PLAIN_TOKEN.match(unit_dir):
+            reader.fail(where, "unit_dir", f"must be an absolute path of plain characters, got {unit_dir!r}")
+        return {**super().read(table, where, reader), "unit": unit, "unit_dir": unit_dir,
+                "sudo": reader.get(table, where, "sudo", bool, False)}
 
-def exec_line(argv: list[str]) -> str:
-    """The value of ExecStart= for ``argv``; raises ``TrialFailure`` for an executable systemd cannot take."""
-    if not argv:
-        raise TrialFailure("deploy_failed", "empty server command")
-    if not _EXECUTABLE.match(argv[0]):
-        raise TrialFailure("deploy_failed", f"server command {argv[0]!r} cannot be an ExecStart= executable: use a "
-                                            "plain absolute path (no spaces, quotes, '$' or '%', no leading -@:+!)")
-    return " ".join([exec_word(argv[0]), *(exec_word(a) for a in argv[1:])])
+    @property
+    def identity(self) -> str:
+        return f"{self.user or ''}@{self.host}:{self.port}:{self.unit}"
 
-
-def environment_line(name: str, value: str) -> str:
-    """The value of one Environment= assignment (no ``$`` expansion happens there; specifiers do)."""
-    if not _ENV_NAME.match(name):
-        raise TrialFailure("deploy_failed", f"invalid environment variable name {name!r}")
-    return '"' + _c_escape(f"{name}={value}") + '"'
-
-
-def render_dropin(argv: list[str], env: dict[str, str], unit: str, path: str, note: str = "") -> str:
-    lines = [
-        f"# Written by autotune{' (' + note + ')' if note else ''} at {time.strftime('%Y-%m-%d %H:%M:%S')}.",
-        "# The unit's own file is untouched. To go back by hand:",
-        f"#   rm {path} && systemctl daemon-reload && systemctl restart {unit}",
-        "[Service]",
-        "ExecStart=",
-        f"ExecStart={exec_line(argv)}",
-    ]
-    lines += [f"Environment={environment_line(k, v)}" for k, v in env.items()]
-    return "\n".join(lines) + "\n"
+    def unit_note(self, study: str) -> list[str]:
+        return [f"This study tunes {self.unit} through a drop-in: `autotune apply --study {study}` puts this",
+                "config on that unit instead and keeps the unit's own settings."]
 
 
 def parse_show(text: str) -> dict[str, str]:
@@ -222,15 +199,14 @@ def _props_args(props: tuple[str, ...]) -> list[str]:
     return out
 
 
-class SystemdTarget(Target):
+class SystemdTarget(RemoteTarget):
     """kind = "ssh-systemd": the server is ``spec.unit`` on the target, configured by a drop-in."""
 
-    def __init__(self, spec: TargetSpec, conn: SSHConnection | None = None) -> None:
-        super().__init__(spec)
-        if not spec.unit:
-            raise UserError(f"target {spec.name}: kind = \"ssh-systemd\" needs unit = \"NAME.service\"")
+    spec: SystemdSpec
+
+    def __init__(self, spec: SystemdSpec, cwd: Path | None = None, conn: SSHConnection | None = None) -> None:
+        super().__init__(spec, cwd, conn)
         self.unit: str = spec.unit
-        self.conn = conn or SSHConnection(spec)
         self.current: SystemdDeployment | None = None
 
     # -- paths -------------------------------------------------------------------------------------------------
@@ -388,12 +364,6 @@ class SystemdTarget(Target):
             raise TrialFailure("deploy_failed", f"cannot remove {self.dropin_path}: {result.detail()}")
 
     # -- Target ------------------------------------------------------------------------------------------------
-    def base_url(self) -> str:
-        return remote_base_url(self.conn, self.spec)
-
-    def lock(self, holder: str) -> AbstractContextManager[None]:
-        return RemoteLock(self.conn, self.directory, self.spec.identity, holder_description(holder))
-
     def rendered(self, argv: list[str], env: dict[str, str]) -> tuple[str, str]:
         try:
             text = render_dropin(argv, {**self.spec.env, **env}, self.unit, self.dropin_path, note=self.spec.name)
@@ -425,7 +395,7 @@ class SystemdTarget(Target):
                 f'w=; for d in {dirs}; do if [ -d "$d" ]; then [ -w "$d" ] && w=1; break; fi; done; '
                 f'[ -n "$w" ] || {{ echo "autotune: cannot write {self.dropin_dir} as $(id -un); set sudo = true" '
                 f'>&2; exit 1; }}')
-        remote_preflight(self.conn, self.spec, command, self.directory, extra, search_path=SYSTEMD_PATH)
+        self.check_host(command, extra, search_path=SYSTEMD_PATH)
 
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> SystemdDeployment:
         text = render_dropin(argv, {**self.spec.env, **env}, self.unit, self.dropin_path, note=self.spec.name)
@@ -442,7 +412,7 @@ class SystemdTarget(Target):
         lines += [
             f"{q(self._argv(['systemctl', 'stop', self.unit]))} || exit 92",
             FIND_PYTHON,
-            f'state=$("$PY" -c {q([HELPER, "port", str(self.spec.server_port), str(PORT_SETTLE)])})',
+            f'state=$({program_line("ports", "port", self.spec.server_port, PORT_SETTLE)})',
             'echo "$state"',
             """case "$state" in *'"listening": true'*) exit 93;; esac""",
         ]
@@ -526,4 +496,4 @@ class SystemdTarget(Target):
 
     def close(self) -> None:
         self._forget_current()
-        self.conn.close()
+        super().close()

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.study import TargetSpec
+from autotune.targets import KINDS, TargetSpec
 from tests.support.sshd import APT_HINT, SSHServer, find_sshd, free_port
 
 HERE = Path(__file__).resolve().parent
@@ -78,12 +78,13 @@ SpecFactory = Callable[..., TargetSpec]
 def _spec_factory(server: SSHServer, workdir: Path) -> SpecFactory:
     def make(**overrides: object) -> TargetSpec:
         values: dict[str, object] = {
-            "name": "test", "kind": "ssh-process", "host": server.host, "port": server.port, "user": "root",
+            "name": "test", "host": server.host, "port": server.port, "user": "root",
             "key_file": str(server.user_key), "known_hosts": str(server.known_hosts), "workdir": str(workdir),
             "server_port": free_port(), "tunnel": True, "connect_timeout": 5.0, "reconnect_timeout": 10.0,
         }
+        kind = str(overrides.pop("kind", "ssh-process"))
         values.update(overrides)
-        return TargetSpec(**values)  # type: ignore[arg-type]
+        return KINDS[kind].spec(**values)  # type: ignore[arg-type]
     return make
 
 

@@ -103,9 +103,8 @@ def test_silent_connection_is_detected_by_timeout_and_probe(make_private_spec, p
 
 HOLDER = """
 import json, sys, time
-from autotune.study import TargetSpec
-from autotune.targets.process import ProcessTarget
-target = ProcessTarget(TargetSpec(**json.loads(sys.argv[1])))
+from autotune.targets.process import ProcessSpec, ProcessTarget
+target = ProcessTarget(ProcessSpec(**json.loads(sys.argv[1])))
 lock = target.lock("study-A")
 lock.__enter__()
 print("held", flush=True)

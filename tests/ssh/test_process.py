@@ -17,8 +17,8 @@ import pytest
 from autotune.engines.sglang import SGLang
 from autotune.errors import TrialFailure, UserError
 from autotune.health import wait_ready
-from autotune.study import _target, _Validator
-from autotune.targets import make_target
+from autotune.tables import Reader
+from autotune.targets import make_target, parse_target
 from autotune.targets.process import ProcessTarget
 from autotune.targets.systemd import SystemdTarget
 from tests.ssh.helpers import children, cmdline, pid_alive, server_argv, wait_for
@@ -210,14 +210,19 @@ def test_arguments_reach_the_server_literally(make_spec, cleanup, tmp_path: Path
 
 
 def test_make_target_and_new_spec_keys(tmp_path: Path) -> None:
-    v = _Validator(tmp_path / "s.toml")
-    spec = _target({"kind": "ssh-systemd", "host": "gpu1", "unit": "sglang.service", "unit_dir": "/etc/systemd/system",
-                    "reconnect_timeout": 5, "password_env": "GPU1_SSH_PASSWORD"}, "target", "default", v)
+    v = Reader(tmp_path / "s.toml")
+    table = {"kind": "ssh-systemd", "host": "gpu1", "unit": "sglang.service", "unit_dir": "/etc/systemd/system",
+             "reconnect_timeout": 5, "password_env": "GPU1_SSH_PASSWORD"}
+    spec = parse_target("default", table, "target", v)
     assert (spec.unit_dir, spec.reconnect_timeout, spec.password_env) == ("/etc/systemd/system", 5, "GPU1_SSH_PASSWORD")
     assert isinstance(make_target(spec), SystemdTarget)
-    assert isinstance(make_target(replace(spec, kind="ssh-process", unit=None)), ProcessTarget)
+    process = {k: val for k, val in table.items() if k not in ("unit", "unit_dir")}
+    assert isinstance(make_target(parse_target("default", {**process, "kind": "ssh-process"}, "target", v)),
+                      ProcessTarget)
     with pytest.raises(Exception, match="password_env"):
-        _target({"kind": "ssh-process", "host": "gpu1", "password_env": "hunter2 !"}, "target", "default", v)
+        parse_target("default", {"kind": "ssh-process", "host": "gpu1", "password_env": "hunter2 !"}, "target", v)
+    with pytest.raises(Exception, match=r"\[target\] unit: only applies to kind = ssh-systemd, not 'ssh-process'"):
+        parse_target("default", {**table, "kind": "ssh-process"}, "target", v)
 
 
 def test_preflight_checks_the_target_before_a_study_starts(make_spec, cleanup, tmp_path: Path) -> None:

@@ -15,7 +15,8 @@ import pytest
 from autotune.engines.sglang import SGLang
 from autotune.errors import TrialFailure, UserError
 from autotune.health import wait_ready
-from autotune.targets.systemd import SystemdTarget, environment_line, exec_line
+from autotune.targets.systemd import SystemdTarget
+from autotune.targets.unitfile import environment_line, exec_line
 from tests.ssh import fake_systemd
 from tests.ssh.helpers import cmdline, main_pid, server_argv, stand_in, wait_for
 from tests.support.sshd import free_port

@@ -1,0 +1,98 @@
+"""Bringing a config up on a target: deploy -> ready -> verified. One path for trials, `autotune apply`, the
+restore of the original and the deploy of the best config at the end of a study.
+
+Readiness (health.py) fails fast with a named reason; verification reads the running server's own account of its
+configuration (``Engine.server_info``) and refuses a server that does not run the requested tuned flags, so a stale
+server is never measured or left behind as "the best" (``wrong_args``).
+"""
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from autotune.engines import ArgValue, Engine, ServerInfo
+from autotune.errors import TrialFailure
+from autotune.health import Ready, wait_ready
+from autotune.plan import Plan
+from autotune.record import TrialRecord
+from autotune.study import HealthSpec
+from autotune.targets import Deployment, Target
+
+log = logging.getLogger("autotune")
+
+
+@dataclass(frozen=True)
+class Running:
+    """A server that came up: its deployment, how long readiness took, and what it reports running (None when
+    nothing was to be verified)."""
+
+    deployment: Deployment
+    ready: Ready
+    info: ServerInfo | None
+
+
+def bring_up(
+    start: Callable[[], Deployment],
+    engine: Engine,
+    health: HealthSpec,
+    headers: Mapping[str, str],
+    expect: Mapping[str, ArgValue] | None,
+    *,
+    should_stop: Callable[[], bool] = lambda: False,
+    on_stage: Callable[[str, str], None] = lambda stage, detail: None,
+    on_deployed: Callable[[Deployment], None] = lambda deployment: None,
+) -> Running:
+    """``start()`` the server (a target's deploy or restore), wait until it is ready, then check it runs the tuned
+    flags ``expect`` (None: readiness only). ``on_stage(stage, detail)`` hears "deploying", "waiting" (with the
+    seconds waited) and "verifying"; ``on_deployed`` gets the deployment as soon as it exists. Raises
+    ``TrialFailure`` with the reason of whatever went wrong."""
+    on_stage("deploying", "")
+    deployment = start()
+    on_deployed(deployment)
+    on_stage("waiting", "")
+    ready = wait_ready(deployment, engine, health.interval, health.timeout, dict(headers), should_stop=should_stop,
+                       on_poll=lambda waited: on_stage("waiting", f"{waited:.0f} s"))
+    if expect is None:
+        return Running(deployment, ready, None)
+    on_stage("verifying", "")
+    return Running(deployment, ready, verify(deployment.base_url, engine, expect, headers))
+
+
+def verify(base_url: str, engine: Engine, expect: Mapping[str, ArgValue], headers: Mapping[str, str]) -> ServerInfo:
+    """What the server at ``base_url`` reports running; ``TrialFailure("wrong_args")`` if it is not ``expect``."""
+    info = server_info(base_url, engine, headers)
+    wrong = engine.mismatches(expect, info)
+    if wrong:
+        raise TrialFailure("wrong_args", "; ".join(wrong))
+    return info
+
+
+def server_info(base_url: str, engine: Engine, headers: Mapping[str, str]) -> ServerInfo:
+    """The running server's account of its configuration (``TrialFailure("wrong_args")`` if it gives none)."""
+    try:
+        with httpx.Client(base_url=base_url, headers=dict(headers), timeout=10.0) as client:
+            return engine.server_info(client)
+    except (httpx.HTTPError, ValueError) as e:
+        raise TrialFailure("wrong_args", f"cannot read the server's configuration: {e}") from None
+
+
+def deploy_trial(plan: Plan, target: Target, rec: TrialRecord, log_path: Path) -> Running:
+    """Deploy a measured trial's command again and check it is healthy and runs its tuned flags."""
+    config = rec.config or {}
+    expect = {n: config[n] for n in plan.space.names if n in config}
+    return bring_up(lambda: target.deploy(list(rec.command or []), plan.spec.engine.env, log_path), plan.engine,
+                    plan.spec.health, plan.headers, expect)
+
+
+def restore_original(plan: Plan, target: Target) -> None:
+    """Put back what ran before tuning (the backed-up unit, or the study's fixed args) and wait until it is healthy.
+    Raises ``TrialFailure`` when it does not come up."""
+    argv = plan.engine.render(plan.spec.engine.command, plan.baseline.args)
+    deployment = target.restore(argv, plan.spec.engine.env, plan.logs_dir / "restore.log")
+    if deployment is not None:
+        running = bring_up(lambda: deployment, plan.engine, plan.spec.health, plan.headers, None)
+        log.info("restored the original config: healthy after %.1f s", running.ready.seconds)

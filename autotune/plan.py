@@ -1,0 +1,63 @@
+"""What a study will run, worked out offline (`autotune validate`, and the first step of every command that deploys
+or measures): the engine, the target, the space and its baseline, the prompts, the starting points. Nothing here
+connects anywhere or writes anything; every problem is a ``UserError``."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from autotune.bench.workload import load_prompts
+from autotune.engines import ArgValue, Engine, get_engine
+from autotune.errors import InvalidConfig, UserError
+from autotune.sampling import check_sampler, initial_design
+from autotune.space import Candidate, Space
+from autotune.study import StudySpec
+from autotune.targets import TargetSpec
+
+
+@dataclass(frozen=True)
+class Plan:
+    spec: StudySpec
+    engine: Engine
+    target: TargetSpec
+    space: Space
+    baseline: Candidate
+    prompts: list[str]
+    #: distinct effective configs in the space (a lower bound when ``at_least``)
+    valid_configs: int
+    at_least: bool
+    #: the configs a new study queues right after the baseline (as many as the budget holds beside it)
+    starting_points: list[dict[str, ArgValue]]
+    budget: int
+
+    @property
+    def headers(self) -> dict[str, str]:
+        """What every request to the server needs (an API key among the fixed args)."""
+        return self.engine.auth_headers(self.space.fixed)
+
+    @property
+    def logs_dir(self) -> Path:
+        """Local server logs of every start: NAME-logs/ beside the study file."""
+        return self.spec.directory / f"{self.spec.name}-logs"
+
+
+def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = None) -> Plan:
+    """Check everything that can be checked offline for ``target`` (--target; may be left out when the study has
+    one target) and a budget of ``trials`` (default: the study file's); raises ``UserError``."""
+    engine = get_engine(spec.engine.kind)
+    target_spec = spec.target(target)
+    port = spec.engine.args.get(engine.port_flag)
+    if port is not None and port != target_spec.server_port:
+        raise UserError(f"{spec.path}: [engine.args] {engine.port_flag} = {port} but the target's server_port is "
+                        f"{target_spec.server_port}; set one of them only")
+    check_sampler(spec)
+    space = Space(spec, engine, target_spec.server_port)
+    valid, at_least = space.check()
+    try:
+        baseline = space.baseline()
+    except InvalidConfig as e:
+        raise UserError(f"{spec.path}: [engine.args] the baseline (the fixed args) is invalid: {e}") from None
+    budget = trials or spec.trials
+    return Plan(spec=spec, engine=engine, target=target_spec, space=space, baseline=baseline,
+                prompts=load_prompts(spec.workload.prompts, spec.directory), valid_configs=valid, at_least=at_least,
+                starting_points=initial_design(spec, space)[:max(0, budget - 1)], budget=budget)

@@ -1,0 +1,137 @@
+"""What the emulator's route sets share: the server's state, JSON and SSE framing, turning a request body into a
+scheduler request (with SGLang's length checks), and waiting for or streaming its outputs."""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Request
+from fastapi.responses import Response
+
+from autotune.sim import model
+from autotune.sim.args import Resolved, SimOptions
+from autotune.sim.metrics import Metrics
+from autotune.sim.profile import Profile
+from autotune.sim.scheduler import Request as GenRequest
+from autotune.sim.scheduler import Scheduler
+
+DEFAULT_MAX_NEW_TOKENS = 128
+# SGLang re-checks a waiting non-streaming request for a client disconnect at this interval.
+DISCONNECT_POLL_S = 4.0
+# SGLang streams one chunk per decode step. Under --sim-speedup steps come faster than a Python HTTP stack (and
+# its client) can frame them, so streams then coalesce steps: each sends at most one chunk per 2 ms, and all
+# streams together about CHUNK_RATE_BUDGET chunks per second. Token counts and timestamps stay exact.
+MIN_CHUNK_INTERVAL_S = 0.002
+CHUNK_RATE_BUDGET = 2000.0
+
+
+@dataclasses.dataclass
+class State:
+    """Everything the endpoints need; ``status`` moves from Starting to Up after warm-up."""
+
+    resolved: Resolved
+    profile: Profile
+    sim: SimOptions
+    plan: model.MemoryPlan
+    scheduler: Scheduler
+    metrics: Metrics
+    launcher_log: logging.Logger
+    scheduler_log: logging.Logger
+    startup_time: dict[str, Any]
+    status: str = "Starting"
+    open_streams: int = 0
+
+    @property
+    def fields(self) -> dict[str, Any]:
+        return self.resolved.fields
+
+    @property
+    def context_len(self) -> int:
+        return self.fields["context_length"] or self.profile.model.context_length
+
+    @property
+    def max_req_input_len(self) -> int:
+        return min(self.context_len - 1, self.plan.max_total_num_tokens - 1) - 5
+
+
+def json_response(content: Any, status_code: int = 200) -> Response:
+    return Response(json.dumps(content, separators=(",", ":")), status_code=status_code,
+                    media_type="application/json")
+
+
+def sse(payload: Any) -> bytes:
+    return b"data: " + json.dumps(payload, separators=(",", ":")).encode() + b"\n\n"
+
+
+class BadRequest(ValueError):
+    """A request SGLang's tokenizer manager rejects with HTTP 400."""
+
+
+def make_request(state: State, prompt_ids: list[int], params: dict[str, Any], stream: bool,
+                 log_metrics: bool = True) -> GenRequest:
+    """Validate lengths like SGLang's tokenizer manager and build a scheduler request."""
+    ctx = state.context_len
+    if len(prompt_ids) >= ctx:
+        raise BadRequest(f"The input ({len(prompt_ids)} tokens) is longer than the model's context length "
+                         f"({ctx} tokens).")
+    max_new = params.get("max_new_tokens")
+    if max_new is None:
+        max_new = DEFAULT_MAX_NEW_TOKENS
+    if not isinstance(max_new, int) or max_new < 0:
+        raise BadRequest(f"max_new_tokens must be at least 0, got {max_new}.")
+    if max_new + len(prompt_ids) > ctx:
+        total = max_new + len(prompt_ids)
+        raise BadRequest(
+            f"Requested token count exceeds the model's maximum context length of {ctx} tokens. You requested a "
+            f"total of {total} tokens: {len(prompt_ids)} tokens from the input messages and {max_new} tokens for "
+            "the completion. Please reduce the number of tokens in the input messages or the completion to fit "
+            "within the limit."
+        )
+    temperature = params.get("temperature", 1.0)
+    return GenRequest(
+        prompt_ids=prompt_ids or [0],
+        max_new_tokens=max_new,
+        ignore_eos=bool(params.get("ignore_eos", False)),
+        temperature=float(temperature if temperature is not None else 1.0),
+        stream=stream,
+        log_metrics=log_metrics,
+    )
+
+
+async def wait_finished(state: State, req: GenRequest, request: Request | None) -> None:
+    """Wait for ``req`` to finish; abort it if the HTTP client goes away meanwhile."""
+    while not req.finished:
+        req.event.clear()
+        try:
+            await asyncio.wait_for(req.event.wait(), DISCONNECT_POLL_S)
+        except asyncio.TimeoutError:
+            if request is not None and await request.is_disconnected():
+                state.scheduler.abort(req)
+                raise BadRequest(f"Request is disconnected from the client side (type 1). Abort request "
+                                 f"obj.rid='{req.rid}'") from None
+
+
+async def updates(state: State, req: GenRequest) -> AsyncIterator[GenRequest]:
+    """Yield ``req`` after each scheduler output (coalesced if the consumer is slower), until it finishes.
+
+    The request is aborted if the consumer stops early (client disconnect)."""
+    state.open_streams += 1
+    try:
+        while True:
+            await req.event.wait()
+            req.event.clear()
+            yield req
+            if req.finished:
+                return
+            if state.sim.speedup > 1:
+                await asyncio.sleep(max(MIN_CHUNK_INTERVAL_S, state.open_streams / CHUNK_RATE_BUDGET))
+    finally:
+        state.open_streams -= 1
+        if not req.finished:
+            state.scheduler.abort(req)
+
+

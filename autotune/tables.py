@@ -1,0 +1,86 @@
+"""Typed reads from the TOML tables of a study file, failing with one line: 'FILE: [table] key: what is allowed'.
+
+Shared by the study file's own tables (study.py) and the option tables each target kind declares (targets/).
+"""
+from __future__ import annotations
+
+import math
+import re
+from pathlib import Path
+from typing import Any, NoReturn
+
+from autotune.errors import UserError
+
+#: a value that may reach a remote shell or a unit file without surprises
+PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9_./:+=,@%-]+$")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+class Reader:
+    """Reads keys of one study file's tables; every failure names the file, the table and the key."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def fail(self, where: str, key: str, message: str) -> NoReturn:
+        place = f"[{where}] {key}" if where else key
+        raise UserError(f"{self.path}: {place}: {message}")
+
+    def table(self, data: dict[str, Any], key: str) -> dict[str, Any]:
+        value = data.get(key, {})
+        if not isinstance(value, dict):
+            self.fail("", key, "must be a table")
+        return value
+
+    def only(self, table: dict[str, Any], where: str, allowed: tuple[str, ...]) -> None:
+        for key in table:
+            if key not in allowed:
+                self.fail(where, key, f"unknown key; allowed: {', '.join(allowed)}")
+
+    def get(self, table: dict[str, Any], where: str, key: str, kind: type, default: Any) -> Any:
+        if key not in table:
+            return default
+        value = table[key]
+        if (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
+            names = {str: "a string", bool: "true or false", list: "a list", dict: "a table"}
+            self.fail(where, key, f"must be {names.get(kind, kind.__name__)}, got {value!r}")
+        return value
+
+    def choice(self, table: dict[str, Any], where: str, key: str, allowed: tuple[str, ...], default: Any) -> Any:
+        value = self.get(table, where, key, str, default)
+        if value is not None and value not in allowed:
+            self.fail(where, key, f"must be one of {', '.join(allowed)}, got {value!r}")
+        return value
+
+    def number(self, table: dict[str, Any], where: str, key: str, default: Any,
+               low: float | None = None, high: float | None = None) -> Any:
+        return self._bounded(table, where, key, default, low, high, (int, float), "a number")
+
+    def integer(self, table: dict[str, Any], where: str, key: str, default: Any,
+                low: int | None = None, high: int | None = None) -> Any:
+        return self._bounded(table, where, key, default, low, high, (int,), "a whole number")
+
+    def env(self, table: dict[str, Any], where: str, key: str) -> dict[str, str]:
+        """A table of environment variables for the server."""
+        env = self.get(table, where, key, dict, {})
+        for name, value in env.items():
+            if not ENV_NAME.match(name):
+                self.fail(f"{where}.{key}", name, "environment variable names must be letters, digits and '_'")
+            if not isinstance(value, str) or not PLAIN_TOKEN.match(value):
+                self.fail(f"{where}.{key}", name,
+                          f"must be a plain string value (letters, digits, ./:+=,@%_-), got {value!r}")
+        return env
+
+    def _bounded(self, table: dict[str, Any], where: str, key: str, default: Any, low: float | None,
+                 high: float | None, kinds: tuple[type, ...], what: str) -> Any:
+        if key not in table:
+            return default
+        value = table[key]
+        if (isinstance(value, bool) or not isinstance(value, kinds)
+                or (isinstance(value, float) and not math.isfinite(value))):
+            self.fail(where, key, f"must be {what}, got {value!r}")
+        if (low is not None and value < low) or (high is not None and value > high):
+            rng = f"from {low} to {high}" if low is not None and high is not None else (
+                f"at least {low}" if low is not None else f"at most {high}")
+            self.fail(where, key, f"must be {rng}, got {value!r}")
+        return value

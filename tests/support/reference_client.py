@@ -1,0 +1,232 @@
+"""An independent reference load generator for SGLang's native streaming ``POST /generate`` endpoint.
+
+It shares no code with autotune (stdlib only, nothing imported from ``autotune``): raw ``asyncio`` sockets, a
+minimal HTTP/1.1 client (status line, headers, chunked or Content-Length bodies) and a minimal server-sent-events
+parser. One TCP connection per request (``Connection: close``). Tests use it to cross-check autotune's figures.
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import math
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+REQUEST_TIMEOUT_S = 600.0  # single requests (single_stream, the probe); closed_loop's window bounds the rest
+
+
+class StreamError(Exception):
+    """A non-200 answer or a malformed response or event stream."""
+
+
+# What one failed request may raise (IncompleteReadError is an EOFError; TimeoutError is an OSError).
+REQUEST_ERRORS = (StreamError, OSError, EOFError, ValueError)
+
+
+@dataclass
+class Stream:
+    """One request: when it was written, each token-carrying event as (arrival time, cumulative tokens), and when
+    its final event (the one with a finish_reason) arrived, None if it never did. Times are time.perf_counter()."""
+
+    sent: float = 0.0
+    events: list[tuple[float, int]] = field(default_factory=list)
+    finished: float | None = None
+
+    def tokens_at(self, t: float) -> int:
+        """Cumulative tokens at the last event that arrived at or before ``t`` (0 if none had; counts only grow)."""
+        return max((tokens for when, tokens in self.events if when <= t), default=0)
+
+
+async def _body(reader: asyncio.StreamReader, headers: dict[str, str]) -> AsyncIterator[bytes]:
+    """The response body as it arrives: decoded chunked transfer-encoding, a Content-Length body, or up to EOF."""
+    if "chunked" in headers.get("transfer-encoding", "").lower():
+        while True:
+            size_line = await reader.readline()  # "<hex size>[;extensions]\r\n"
+            if not size_line.endswith(b"\n"):
+                raise StreamError("connection closed inside a chunk header")
+            size = int(size_line.split(b";")[0].strip(), 16)
+            if size == 0:  # last chunk; skip any trailer lines up to the blank line
+                while (await reader.readline()).strip():
+                    pass
+                return
+            data = await reader.readexactly(size)
+            if await reader.readexactly(2) != b"\r\n":
+                raise StreamError("chunk data not followed by CRLF")
+            yield data
+    elif "content-length" in headers:
+        yield await reader.readexactly(int(headers["content-length"]))
+    else:
+        while data := await reader.read(65536):
+            yield data
+
+
+async def _sse(chunks: AsyncIterator[bytes]) -> AsyncIterator[tuple[float, str]]:
+    """(arrival time, data) per server-sent event: its ``data:`` lines joined by newlines, dispatched at the blank
+    line that ends it; the time is when the bytes holding that blank line arrived. Other fields are ignored."""
+    pending, data_lines = b"", []
+    async for chunk in chunks:
+        now = time.perf_counter()
+        *lines, pending = (pending + chunk).split(b"\n")
+        for raw in lines:
+            line = raw.rstrip(b"\r").decode()
+            if not line:
+                if data_lines:
+                    yield now, "\n".join(data_lines)
+                data_lines = []
+            elif line.startswith("data:"):
+                value = line[len("data:"):]
+                data_lines.append(value[1:] if value.startswith(" ") else value)
+
+
+async def _request(base_url: str, prompt: str, max_tokens: int, headers: dict[str, str] | None,
+                   stream: Stream) -> None:
+    """Send one streaming /generate request and fill ``stream`` as events arrive; raise unless the answer is a 200
+    event stream of JSON events with non-decreasing meta_info.completion_tokens, a final event, then [DONE]."""
+    url = urlsplit(base_url)
+    body = json.dumps({"text": prompt, "stream": True, "sampling_params": {
+        "max_new_tokens": max_tokens, "temperature": 0, "ignore_eos": True}}).encode()
+    head = [f"POST {url.path.rstrip('/')}/generate HTTP/1.1", f"Host: {url.netloc}", "Content-Type: application/json",
+            f"Content-Length: {len(body)}", "Accept: text/event-stream", "Connection: close",
+            *(f"{name}: {value}" for name, value in (headers or {}).items())]
+    reader, writer = await asyncio.open_connection(url.hostname, url.port or (443 if url.scheme == "https" else 80),
+                                                   ssl=url.scheme == "https")
+    try:
+        stream.sent = time.perf_counter()
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        await writer.drain()
+        status_line = await reader.readline()  # "HTTP/1.1 200 OK\r\n"
+        parts = status_line.split(None, 2)
+        if len(parts) < 2 or not parts[0].startswith(b"HTTP/1."):
+            raise StreamError(f"bad status line {status_line!r}")
+        response_headers = {}
+        while (line := await reader.readline()).strip():
+            name, colon, value = line.decode("latin-1").partition(":")
+            if not colon:
+                raise StreamError(f"bad header line {line!r}")
+            response_headers[name.strip().lower()] = value.strip()
+        if parts[1] != b"200":
+            text = b"".join([chunk async for chunk in _body(reader, response_headers)])
+            raise StreamError(f"HTTP {parts[1].decode()}: {text[:300]!r}")
+        if not response_headers.get("content-type", "").startswith("text/event-stream"):
+            raise StreamError(f"not an event stream: content-type {response_headers.get('content-type')!r}")
+        async for now, data in _sse(_body(reader, response_headers)):
+            if data == "[DONE]":
+                if stream.finished is None:
+                    raise StreamError("[DONE] before an event with a finish_reason")
+                return
+            if stream.finished is not None:
+                raise StreamError(f"event after the final one: {data[:200]!r}")
+            try:
+                meta = json.loads(data)["meta_info"]
+                tokens = meta["completion_tokens"]
+            except (ValueError, KeyError, TypeError):
+                raise StreamError(f"event without meta_info.completion_tokens: {data[:200]!r}") from None
+            previous = stream.events[-1][1] if stream.events else 0
+            if not isinstance(tokens, int) or tokens < previous:
+                raise StreamError(f"completion_tokens {tokens!r} after {previous}")
+            if tokens > previous:
+                stream.events.append((now, tokens))
+            reason = meta.get("finish_reason")
+            if reason is not None:
+                if not isinstance(reason, dict) or reason.get("type") == "abort" or not stream.events:
+                    raise StreamError(f"finished with {reason!r} after {tokens} tokens")
+                stream.finished = now
+        raise StreamError("stream ended before [DONE]")
+    finally:
+        writer.close()
+
+
+def _check_prompts(prompts: list[str]) -> None:
+    if not prompts:
+        raise ValueError("no prompts given")
+    if len(set(prompts)) != len(prompts):
+        raise ValueError("prompts must be distinct (no prompt is sent twice)")
+
+
+def single_stream(base_url: str, prompts: list[str], max_tokens: int,
+                  headers: dict[str, str] | None = None) -> dict[str, float]:
+    """Send every prompt once, one after another (one request in flight). Raises RuntimeError if one fails.
+
+    decode_tok_s per request is (tokens after the first token event) / (last event time - first event time), i.e.
+    (tokens - 1) / (...) when the first event carries one token, as SGLang's does."""
+    _check_prompts(prompts)
+
+    async def run() -> list[Stream]:
+        streams = []
+        for prompt in prompts:
+            streams.append(Stream())
+            await asyncio.wait_for(_request(base_url, prompt, max_tokens, headers, streams[-1]), REQUEST_TIMEOUT_S)
+        return streams
+
+    try:
+        streams = asyncio.run(run())
+    except REQUEST_ERRORS as e:
+        raise RuntimeError(f"single_stream request failed: {type(e).__name__}: {e}") from e
+    decode = [(s.events[-1][1] - s.events[0][1]) / (s.events[-1][0] - s.events[0][0])
+              for s in streams if len(s.events) >= 2]
+    return {"output_tok_s": sum(s.events[-1][1] for s in streams) / sum(s.finished - s.sent for s in streams),
+            "decode_tok_s": sum(decode) / len(decode) if decode else math.nan, "requests": len(streams),
+            "ttft_s": sum(s.events[0][0] - s.sent for s in streams) / len(streams)}
+
+
+def closed_loop(base_url: str, prompts: list[str], max_tokens: int, concurrency: int, ramp_s: float, window_s: float,
+                headers: dict[str, str] | None = None, stagger_s: float | None = None) -> dict[str, object]:
+    """Keep ``concurrency`` requests in flight and count the output tokens that arrive in a window.
+
+    Worker i sends its first request at i * stagger_s / concurrency, where stagger_s is one request's duration: given,
+    or timed with a probe request sent alone first (it uses one prompt). Each worker then sends its next request as
+    soon as the previous one ends. The window opens ramp_s after worker 0's first request and lasts window_s; when it
+    closes, in-flight requests are cancelled (connections closed). Failed requests are counted in ``errors``.
+    Choose ramp_s longer than one request so that every worker has started before the window opens."""
+    _check_prompts(prompts)
+    return asyncio.run(_closed_loop(base_url, prompts, max_tokens, concurrency, ramp_s, window_s, headers, stagger_s))
+
+
+async def _closed_loop(base_url: str, prompts: list[str], max_tokens: int, concurrency: int, ramp_s: float,
+                       window_s: float, headers: dict[str, str] | None, stagger_s: float | None) -> dict[str, object]:
+    unused, streams, errors = iter(prompts), [], []
+
+    def next_prompt() -> str:
+        prompt = next(unused, None)
+        if prompt is None:
+            elapsed = time.perf_counter() - start
+            raise ValueError(f"closed_loop ran out of prompts: all {len(prompts)} were sent after {elapsed:.1f} s of a "
+                             f"{ramp_s + window_s:.1f} s run ({len(errors)} failed); it needs about "
+                             f"{math.ceil(len(prompts) * (ramp_s + window_s) / elapsed) + concurrency}")
+        return prompt
+
+    start = time.perf_counter()
+    if stagger_s is None:
+        probe, prompt = Stream(), next_prompt()
+        try:
+            await asyncio.wait_for(_request(base_url, prompt, max_tokens, headers, probe), REQUEST_TIMEOUT_S)
+        except REQUEST_ERRORS as e:
+            raise RuntimeError(f"closed_loop probe request failed: {type(e).__name__}: {e}") from e
+        stagger_s = probe.finished - probe.sent
+
+    async def worker(i: int) -> None:
+        await asyncio.sleep(i * stagger_s / concurrency)
+        while True:
+            prompt = next_prompt()
+            streams.append(Stream())
+            try:
+                await _request(base_url, prompt, max_tokens, headers, streams[-1])
+            except REQUEST_ERRORS as e:
+                errors.append(f"{type(e).__name__}: {e}")
+
+    start = time.perf_counter()  # worker 0 connects and writes its first request right away
+    tasks = [asyncio.create_task(worker(i)) for i in range(concurrency)]
+    done, pending = await asyncio.wait(tasks, timeout=ramp_s + window_s, return_when=asyncio.FIRST_EXCEPTION)
+    for task in pending:
+        task.cancel()
+    await asyncio.gather(*pending, return_exceptions=True)
+    for task in done:  # workers only end by raising (out of prompts, or a bug)
+        task.result()
+    begin, end = start + ramp_s, start + ramp_s + window_s
+    counts = [s.tokens_at(end) - s.tokens_at(begin) for s in streams]
+    return {"output_tok_s": sum(counts) / window_s, "window_s": window_s, "tokens_in_window": sum(counts),
+            "completed_in_window": sum(1 for s in streams if s.finished is not None and begin < s.finished <= end),
+            "requests_in_window": sum(1 for n in counts if n > 0), "requests_sent": len(streams),
+            "stagger_s": stagger_s, "errors": len(errors), "first_error": errors[0] if errors else None}

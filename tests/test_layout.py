@@ -1,0 +1,85 @@
+"""The package's shape, as ARCHITECTURE.md draws it: no import cycles, one module that owns the trial record,
+engine and target knowledge in their own folders."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+from autotune.engines.llamacpp import SPEC_TYPES
+from autotune.engines.sglang import TREE_ARGS
+from autotune.targets import KINDS, TargetSpec
+
+PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
+
+
+def _module(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE.parent).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _sources() -> dict[str, tuple[Path, str]]:
+    return {_module(p): (p, p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _imports(name: str, path: Path, text: str, modules: set[str]) -> set[str]:
+    """Every autotune module ``name`` imports, wherever the import statement stands (in a function too)."""
+    package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    found = set()
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.Import):
+            targets = [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+        else:
+            continue
+        found.update(t for t in targets if t in modules and t != name)
+    return found
+
+
+def test_no_import_cycles() -> None:
+    sources = _sources()
+    graph = {name: _imports(name, path, text, set(sources)) for name, (path, text) in sources.items()}
+    # a package imports its own modules to re-export them; importing the package is then importing those
+    state: dict[str, int] = {}
+    cycles: list[list[str]] = []
+
+    def visit(node: str, trail: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*trail[trail.index(nxt):], nxt] if nxt in trail else [node, nxt])
+            elif nxt not in state:
+                visit(nxt, [*trail, nxt])
+        state[node] = 2
+
+    for start in sorted(graph):
+        if start not in state:
+            visit(start, [start])
+    assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_only_record_reads_or_writes_user_attrs() -> None:
+    users = sorted(name for name, (_, text) in _sources().items() if "user_attr" in text)
+    assert users == ["autotune.record"], users
+
+
+def test_study_file_parsing_names_no_target_kinds_option() -> None:
+    tree = ast.parse(_sources()["autotune.study"][1])
+    names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    for kind in KINDS.values():
+        for key in set(kind.spec.keys) - set(TargetSpec.keys):
+            assert key not in names, f"study.py names {kind.spec.kind}'s option {key!r}"
+
+
+def test_engine_flags_stay_in_engines() -> None:
+    flags = {*TREE_ARGS, "speculative-algorithm", "api-key", "spec-type", "spec-draft-n-max", *SPEC_TYPES}
+    for name, (_, text) in _sources().items():
+        if name.startswith(("autotune.engines", "autotune.sim")):
+            continue  # the engines themselves, and the SGLang emulator
+        named = sorted(f for f in flags if f in text)
+        assert not named, f"{name} names engine flags {named}"

@@ -242,23 +242,32 @@ def sim() -> None:
 
 
 @sim.command("surface")
-@click.option("--profile", default="qwen122b", show_default=True, help="Profile name or path to a profile .toml.")
+@click.option("--profile", default=None, help="Profile name or path to a profile .toml (default qwen122b).")
+@click.option("--study", "study_name", default=None, metavar="NAME",
+              help="The truth for a study's workload instead: its prompts, max_tokens and concurrency levels.")
 @click.option("--concurrency", default=32, show_default=True, type=click.IntRange(min=1),
-              help="Requests in flight for concurrent_tok_s.")
+              help="Requests in flight for concurrent_tok_s (--profile).")
 @click.option("--space", default=None,
-              help='JSON {"FLAG": [values], ...} or a study .toml with [space.*] tables.')
+              help='JSON {"FLAG": [values], ...} or a study .toml with [space.*] tables (--profile).')
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
-def sim_surface(profile: str, concurrency: int, space: str | None, as_json: bool) -> None:
-    """The emulator's noise-free figures for every valid speculative config of a space."""
-    import json
-
+def sim_surface(profile: str | None, study_name: str | None, concurrency: int, space: str | None,
+                as_json: bool) -> None:
+    """The emulator's noise-free figures for every valid config of a space: the performance model's for a profile,
+    or (--study) what a perfect client would measure with the study's workload."""
     from autotune.sim.profile import ProfileError
-    from autotune.sim.surface import SpaceError, format_table, parse_space, surface
+    from autotune.sim.surface import SpaceError, format_study_table, format_table, parse_space, study_surface, surface
 
     try:
-        result = surface(profile, concurrency, parse_space(space) if space else None)
+        if study_name is not None:
+            if profile is not None or space is not None:
+                raise UserError("--study takes the profile and the space from the study file: leave out --profile "
+                                "and --space")
+            result = study_surface(_plan(study_name))
+            click.echo(json.dumps(result) if as_json else format_study_table(result))
+            return
+        result = surface(profile or "qwen122b", concurrency, parse_space(space) if space else None)
     except (ProfileError, SpaceError) as e:
-        raise click.ClickException(str(e)) from None
+        raise UserError(str(e)) from None
     click.echo(json.dumps(result) if as_json else format_table(result))
 
 

@@ -56,7 +56,9 @@ def bench(plan: Plan) -> dict[str, Any]:
         except TrialFailure as e:
             raise UserError(f"no {plan.engine.kind} server answers at {base_url}: {e.detail}") from None
         try:
-            m = Bench(base_url, plan.engine, plan.spec.workload, plan.prompts, headers=plan.headers).run()
+            # prompts in a fixed order (seed 0): two runs against the same server send the same requests
+            m = Bench(base_url, plan.engine, plan.spec.workload, plan.prompts, headers=plan.headers, seed=0,
+                      levels=plan.spec.levels).run()
         except TrialFailure as e:
             raise UserError(f"measurement failed: {e}") from None
         return {"url": base_url, "server": {n: info.applied.get(n) for n in plan.space.names},

@@ -49,5 +49,6 @@ REASONS: dict[str, bool] = {
     "interrupted": False,        # the tuner was stopped in the middle of the trial
     "baseline_pending": False,   # measured before the baseline it is relative to (another worker's) was
     "stale": False,              # left RUNNING by a tuner that died
+    "client_bound": False,       # the measuring client (or the transport) could not keep up with the server
     "tuner_error": False,        # a bug in autotune itself (logged with its traceback)
 }

@@ -179,7 +179,7 @@ class Objective:
         self._bench = bench = Bench(
             deployment.base_url, self.engine, spec.workload, self.plan.prompts, headers=headers,
             check=lambda: check_alive(deployment, self.engine), should_stop=self.should_stop,
-            seed=trial.number, max_error_rate=spec.constraints.max_error_rate,
+            seed=trial.number, max_error_rate=spec.constraints.max_error_rate, levels=spec.levels,
         )
         m = bench.run(
             on_level=lambda step, c, m: self._on_level(trial, step, c, m, reference),

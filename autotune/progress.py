@@ -77,7 +77,7 @@ class Progress:
         self.enabled = is_terminal(self.stream) if enabled is None else enabled
         self.budget = budget
         self.deadline = deadline
-        self.levels = sorted({1, *concurrency})
+        self.levels = sorted(concurrency)
         self.lock = threading.RLock()
         self.clock = clock
         self.done = 0                       # trials counted against the budget

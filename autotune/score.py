@@ -1,8 +1,9 @@
 """Measurement -> metrics -> objective values and constraint values.
 
 Objective modes:
-- single: single-stream decode tok/s (one request at a time; what an interactive user feels);
-- concurrent: output tok/s at the study's highest concurrency level (what a busy server delivers);
+- single: single-stream output tok/s (one request at a time, tokens over the whole request time; what an
+  interactive user feels);
+- concurrent: steady-state output tok/s at the study's highest concurrency level (what a busy server delivers);
 - weighted: geometric mean of both, each relative to the baseline trial (1.10 = 10% better than today's config);
 - pareto: both, as two objectives (Optuna keeps the front).
 Constraints follow Optuna's convention: a value > 0 is violated. Every trial carries the same constraint keys.
@@ -27,14 +28,15 @@ METRIC_NAMES = {
 def metrics_of(m: Measurement, info: ServerInfo | None) -> dict[str, Any]:
     """The flat figures every trial records (DESIGN.md: single_tok_s, concurrent_tok_s, max_running_requests...)."""
     top = max(m.concurrencies)
-    single, busy = m.summary(1), m.summary(top)
     levels = [m.summary(c) for c in m.concurrencies]
+    busy = levels[-1]
+    single = levels[0] if m.concurrencies[0] == 1 else {}
     return {
-        "single_tok_s": single["decode_tok_s"],
-        "single_output_tok_s": single["output_tok_s"],
+        "single_tok_s": single.get("output_tok_s"),
+        "single_decode_tok_s": single.get("decode_tok_s"),
         "concurrent_tok_s": busy["output_tok_s"],
         "concurrency": top,
-        "accept_length": single["accept_length"],
+        "accept_length": single.get("accept_length", busy["accept_length"]),
         "concurrent_accept_length": busy["accept_length"],
         "ttft_p99_ms": max((lv["ttft_ms_p99"] or 0.0) for lv in levels),
         "itl_p99_ms": max((lv["itl_ms_p99"] or 0.0) for lv in levels),
@@ -73,7 +75,7 @@ def relative_precision(mode: str, m: Measurement) -> float | None:
     Single-stream speed and concurrent throughput are independent measurements; their relative errors combine as
     for a product: sqrt(a^2 + b^2), halved under the geometric mean of the weighted and pareto modes.
     """
-    s = m.summary(1)["decode_tok_s_rel_ci"]
+    s = m.summary(1)["output_tok_s_rel_ci"]
     c = m.summary(max(m.concurrencies))["output_tok_s_rel_ci"]
     if mode == "single":
         return s
@@ -87,7 +89,7 @@ def relative_precision(mode: str, m: Measurement) -> float | None:
 def stage_value(mode: str, concurrency: int, m: Measurement, reference: dict[str, Any] | None) -> float | None:
     """The intermediate value reported to the pruner after a level: the objective as far as it is known, with the
     level just measured standing in for the highest one. None when the stage says nothing about the objective."""
-    single = m.summary(1)["decode_tok_s"] or 0.0
+    single = m.summary(1)["output_tok_s"] or 0.0
     if mode == "single":
         return single
     if mode == "pareto":

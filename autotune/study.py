@@ -156,6 +156,13 @@ class StudySpec:
     def param_names(self) -> list[str]:
         return [p.name for p in self.space]
 
+    @property
+    def levels(self) -> tuple[int, ...]:
+        """The concurrency levels a trial measures: the workload's, and the single stream (1) whenever the objective
+        needs it (every objective but "concurrent")."""
+        single = (1,) if self.objective != "concurrent" else ()
+        return tuple(sorted({*single, *self.workload.concurrency}))
+
 
 def find_study_file(name: str, studies_dir: Path | None = None) -> Path:
     """NAME is a path to a .toml file, or a name under ./studies."""
@@ -357,6 +364,12 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
         v.fail(where, "concurrency", f"must be a non-empty list of positive integers, got {conc!r}")
     if len(set(conc)) != len(conc):
         v.fail(where, "concurrency", "has duplicate levels")
+    requests = v.integer(w, where, "requests", 32, low=1, high=100_000)
+    top = max(conc)
+    if top > 1 and requests < top:
+        v.fail(where, "requests", f"{requests} is too few for a steady-state window at concurrency {top}: as many "
+                                  f"requests must finish inside the window as are in flight; set requests >= {top} "
+                                  "or lower the concurrency")
     min_rep = v.integer(w, where, "min_repeats", 1, low=1, high=20)
     max_rep = v.integer(w, where, "max_repeats", 3, low=1, high=20)
     if max_rep < min_rep:
@@ -366,7 +379,7 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
         max_tokens=v.integer(w, where, "max_tokens", 256, low=2, high=1_000_000),
         temperature=v.number(w, where, "temperature", 0.0, low=0, high=2),
         concurrency=tuple(sorted(conc)),
-        requests=v.integer(w, where, "requests", 32, low=1, high=100_000),
+        requests=requests,
         warmup=v.integer(w, where, "warmup", 2, low=0, high=1000),
         request_timeout=v.number(w, where, "request_timeout", 300.0, low=1, high=86400),
         stall_timeout=v.number(w, where, "stall_timeout", 30.0, low=0.5, high=86400),

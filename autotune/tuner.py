@@ -97,7 +97,7 @@ class Tuner:
         target.preflight(self.spec.engine.command)
         setup_logging(self.spec.directory / f"{self.spec.name}.log")
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        self._progress = Progress(self.budget, self.deadline, self.spec.workload.concurrency)
+        self._progress = Progress(self.budget, self.deadline, self.spec.levels)
         try:
             with target.lock(self.spec.name):
                 study = self._open_study()

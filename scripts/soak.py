@@ -75,6 +75,7 @@ concurrency = [1, 4]
 requests = 4
 warmup = 1
 stall_timeout = 2
+tolerance = 0.5
 
 [health]
 interval = 0.25

@@ -30,37 +30,53 @@ def test_confidence_interval_uses_student_t() -> None:
 
 
 def record(c: int, start: float, ttft: float, e2e: float, tokens: int, verify: int | None = None,
-           error: str | None = None) -> RequestRecord:
+           error: str | None = None, server_e2e: float | None = None, gap: float | None = None,
+           ramp: bool = False) -> RequestRecord:
     step = (e2e - ttft) / max(tokens - 1, 1)
-    return RequestRecord(concurrency=c, start=start, ttft=ttft, e2e=e2e, tokens=tokens,
+    return RequestRecord(concurrency=c, start=start, max_tokens=tokens, ttft=ttft, e2e=e2e, tokens=tokens,
                          trace=[(ttft + i * step, i + 1) for i in range(tokens)],
                          accept_length=None if verify is None else tokens / verify, verify_steps=verify,
-                         finish_reason="length", error=error)
+                         finish_reason="length", error=error, server_e2e=server_e2e, gap=gap, ramp=ramp)
 
 
-def test_level_summary_from_known_records() -> None:
-    single = LevelResult(1, [record(1, 0.0, 0.1, 1.1, 101, verify=40), record(1, 1.1, 0.1, 1.1, 101, verify=60)],
-                         wall=2.2)
-    busy = LevelResult(4, [record(4, 0.0, 0.2, 2.2, 101, verify=50) for _ in range(3)]
-                       + [record(4, 0.0, 0.2, 1.0, 5, error="http 500: boom")], wall=2.2)  # no window: all at once
-    m = Measurement(repeats=[[single, busy]])
+def test_single_stream_is_tokens_over_whole_request_time() -> None:
+    single = LevelResult(1, [record(1, 0.0, 0.1, 1.1, 101, verify=40), record(1, 1.1, 0.1, 1.1, 101, verify=60)])
+    m = Measurement(repeats=[[single]])
     s = m.summary(1)
+    assert s["output_tok_s"] == pytest.approx(202 / 2.2)   # prefill included: 202 tokens in 2 x 1.1 s
     assert s["decode_tok_s"] == pytest.approx(100.0)       # 100 tokens after the first, in 1.0 s
-    assert s["output_tok_s"] == pytest.approx(202 / 2.2)
     assert s["accept_length"] == pytest.approx(202 / 100)  # tokens over verify steps, over all requests
     assert s["ttft_ms_p50"] == pytest.approx(100.0)
-    b = m.summary(4)
-    assert b["errors"] == 1 and b["requests"] == 4
-    assert b["output_tok_s"] == pytest.approx(303 / 2.2)   # failed requests' tokens do not count
-    assert b["decode_tok_s"] == pytest.approx(50.0)
-    assert b["itl_ms_p50"] == pytest.approx(20.0)
+    assert s["output_tok_s_rel_ci"] == 0.0                  # both requests ran at the same rate
+    # a burst that delivers the tokens late cannot make the figure larger: the request only ends later
+    burst = record(1, 0.0, 1.0, 1.1, 101)
+    assert LevelResult(1, [burst]).output_tok_s == pytest.approx(101 / 1.1)
+    assert burst.decode_tok_s == pytest.approx(1000.0)      # (what a decode-speed figure would have reported)
+    # where the server timed each request, its timing counts: the client's and the transport's time do not
+    timed = [record(1, 0.0, 0.1, 1.1, 101, server_e2e=1.0), record(1, 1.1, 0.1, 1.2, 101, server_e2e=1.0)]
+    m = Measurement(repeats=[[LevelResult(1, timed)]])
+    assert m.summary(1)["output_tok_s"] == pytest.approx(202 / 2.0) and m.summary(1)["server_timed"]
 
 
-def test_throughput_counts_only_the_window_at_full_load() -> None:
-    # two requests in flight; the third is sent at 1.0 s, when the first finishes: the window is [0, 1.0 s]
-    first = record(2, 0.0, 0.0, 1.0, 101)       # 100 tokens/s from t=0
-    second = record(2, 0.0, 0.0, 2.0, 101)      # 50 tokens/s from t=0
-    third = record(2, 1.0, 0.0, 1.0, 101)       # sent at 1.0 s; the tail after it is not the config at 2 in flight
-    level = LevelResult(2, [first, second, third], wall=2.0, full_load=1.0)
-    assert first.tokens_by(1.0) == 101 and second.tokens_by(1.0) == 51 and third.tokens_by(1.0) == 1
-    assert level.output_tok_s == pytest.approx((101 + 51 + 1) / 1.0)
+def test_concurrency_counts_tokens_inside_the_steady_state_window() -> None:
+    # two slots; window from 1.0 s to 2.0 s
+    ramp = record(2, 0.0, 0.0, 1.0, 51, ramp=True)            # a ramp request: never measured
+    long = record(2, 0.0, 0.0, 2.0, 101)                      # 50 tokens/s: 50 of its tokens fall in the window
+    inside = record(2, 1.0, 0.0, 1.0, 101)                    # finishes at 2.0 s: all 100 after its first token
+    cut = record(2, 1.5, 0.0, 1.0, 101)                       # in flight at 2.0 s: half of it arrived
+    cut.cancelled, cut.finish_reason = True, None
+    failed = record(2, 1.2, 0.0, 0.1, 5, error="http 500: boom")
+    level = LevelResult(2, [ramp, long, inside, cut, failed], window=(1.0, 2.0))
+    assert long.tokens_by(1.0) == 51 and inside.tokens_by(1.0) == 1 and cut.tokens_by(2.0) == 51
+    assert level.tokens == (101 - 51) + (101 - 1) + 51       # arrivals inside the window, failed requests excluded
+    assert level.output_tok_s == pytest.approx(level.tokens / 1.0)
+    assert [r is inside or r is long for r in level.measured] == [True, True]  # finished inside, not ramp, not cut
+    assert level.failed == [failed] and not cut.complete
+
+
+def test_client_share_from_the_servers_own_timing() -> None:
+    # each request took 1.0 s at the client, 0.97 s at the server, and its slot stood empty 0.01 s before it
+    recs = [record(2, 0.5 * i, 0.0, 1.0, 101, server_e2e=0.97, gap=0.01) for i in range(4)]
+    level = LevelResult(2, recs, window=(0.0, 3.0))
+    assert level.client_share == pytest.approx(0.04 / 1.01)
+    assert LevelResult(2, [record(2, 0.0, 0.0, 1.0, 101)], window=(0.0, 2.0)).client_share is None

@@ -64,6 +64,7 @@ max_tokens = 48
 concurrency = [1, 4]
 requests = 4
 warmup = 1
+tolerance = 0.5
 
 [health]
 interval = 0.25

@@ -1,7 +1,9 @@
 """One streamed generation over HTTP, timed token by token (async httpx).
 
-Every figure comes from the response itself: completion tokens, and where the engine gives them the verify steps
-and accept length of this request alone, never the server's cumulative counters (peers.md item 7).
+Every figure comes from the response itself: completion tokens, and where the engine gives them the verify steps,
+accept length and the server's own timing of this request alone, never the server's cumulative counters (peers.md
+item 7). The record is filled as the stream arrives, so a request cut off at the end of a measurement window keeps
+the tokens it received.
 """
 from __future__ import annotations
 
@@ -21,6 +23,7 @@ from autotune.engines import Engine, StreamUpdate
 class RequestRecord:
     concurrency: int
     start: float                    # seconds since the level started
+    max_tokens: int = 0             # what the request asked for
     ttft: float | None = None       # seconds from sending to the first token
     e2e: float | None = None        # seconds from sending to the last event
     tokens: int = 0                 # completion tokens
@@ -28,12 +31,26 @@ class RequestRecord:
     trace: list[tuple[float, int]] = field(default_factory=list)
     accept_length: float | None = None
     verify_steps: int | None = None
+    server_e2e: float | None = None  # the request's duration as the server timed it
     finish_reason: str | None = None
     error: str | None = None        # why the request failed: "http 500: ...", "stalled", "connection: ..."
+    ramp: bool = False              # a first request of its slot (steady state not reached yet): not measured
+    cancelled: bool = False         # cut off when its level's window closed (not a failure)
+    gap: float | None = None        # seconds its slot stood empty before it was sent (concurrency levels)
 
     @property
     def ok(self) -> bool:
         return self.error is None
+
+    @property
+    def complete(self) -> bool:
+        """Finished normally (not failed, not cut off)."""
+        return self.ok and not self.cancelled and self.finish_reason is not None
+
+    @property
+    def end(self) -> float | None:
+        """Seconds since the level started at which its last event arrived."""
+        return None if self.e2e is None else self.start + self.e2e
 
     @property
     def itl(self) -> list[float]:
@@ -50,6 +67,13 @@ class RequestRecord:
         return done
 
     @property
+    def output_tok_s(self) -> float | None:
+        """Tokens over the request's whole time, from sending to its last token (prefill included)."""
+        if self.e2e is None or self.e2e <= 0 or not self.tokens:
+            return None
+        return self.tokens / self.e2e
+
+    @property
     def decode_tok_s(self) -> float | None:
         """Tokens after the first, over the time after the first token: the per-request decode speed."""
         if self.ttft is None or self.e2e is None or self.tokens < 2 or self.e2e <= self.ttft:
@@ -64,22 +88,22 @@ async def stream_one(
     client: httpx.AsyncClient,
     engine: Engine,
     prompt: str,
-    max_tokens: int,
+    rec: RequestRecord,
     temperature: float,
-    concurrency: int,
     t0: float,
     first_token_timeout: float,
     stall_timeout: float,
-) -> RequestRecord:
-    """Send one streaming request and time it. Never raises for server-side trouble: the record says what failed.
+) -> None:
+    """Send one streaming request of ``rec.max_tokens`` tokens and time it into ``rec`` (``t0``: the level's start).
+    Never raises for server-side trouble: the record says what failed. Cancelled, it keeps what arrived.
 
     ``first_token_timeout`` bounds the wait for the first event (it includes queueing behind other requests);
     ``stall_timeout`` bounds every later gap between events.
     """
-    req = engine.generation_request(prompt, max_tokens, temperature)
+    req = engine.generation_request(prompt, rec.max_tokens, temperature)
     for attempt in (1, 2):
         sent = time.perf_counter()
-        rec = RequestRecord(concurrency=concurrency, start=sent - t0)
+        rec.start = sent - t0
         responded = False
         try:
             async with client.stream("POST", req.path, json=req.body) as resp:
@@ -92,7 +116,6 @@ async def stream_one(
         break
     if rec.error is None and rec.finish_reason is None:
         rec.error = f"stream ended without a finished event after {rec.tokens} tokens"
-    return rec
 
 
 async def _read(resp: httpx.Response, rec: RequestRecord, engine: Engine, sent: float, first_token_timeout: float,
@@ -139,5 +162,6 @@ def _apply(rec: RequestRecord, update: StreamUpdate, elapsed: float) -> None:
         rec.finish_reason = update.finish_reason
         rec.accept_length = update.accept_length
         rec.verify_steps = update.verify_steps
+        rec.server_e2e = update.server_seconds
     if update.error:
         rec.error = f"server: {update.error}"[:200]

@@ -1,19 +1,39 @@
-"""A whole measurement: warm-up, single stream, each concurrency level, repeated until the result is precise.
+"""A whole measurement: warm-up, single stream, each concurrency level in steady state, repeated until precise.
 
 Levels run in order of concurrency, single stream first, so a caller can stop a clearly worse config after the
 cheap early stages (``on_level`` may raise ``optuna.TrialPruned``). Repeats continue until the 95% confidence
 interval of the caller's objective is within the tolerance, or the repeat cap is hit.
 
-Confidence intervals come from the spread between requests, pooled over repeats: a single-stream figure is a mean
-of per-request decode speeds; a concurrent throughput with c requests always in flight is, by Little's law,
-c x tokens / mean end-to-end latency, so its relative interval is that of the mean latency.
+The figures (README, "What is measured"):
+
+* single stream: one request at a time; completion tokens over the requests' whole time (prefill included), as the
+  server timed each request where the engine reports it (SGLang's e2e_latency, llama.cpp's timings), else from
+  sending to the last token. Neither the transport nor the client can change it: the server's timing does not see
+  them, and on the client's clock a late chunk only makes a request longer.
+* concurrency c: steady-state output throughput. c requests are kept in flight (a new one is sent as soon as one
+  finishes). The first request of each slot asks for a graded share of max_tokens (1/c, 2/c, ... of it), so
+  completions are spread over time as they are in a long-running closed loop rather than marching in one
+  synchronized wave; these ramp requests are not measured. Once the last of them finishes the window opens; it
+  closes when ``requests`` requests have finished inside it, and the requests still in flight are cut off (the tail,
+  where fewer than c would be in flight, is never measured). The figure is the tokens that arrived inside the
+  window over its length; the prefill of every replacing request falls inside it, as in steady state.
+
+Confidence intervals come from the spread between requests, pooled over repeats: the single stream's from the
+per-request rates; a concurrency level's, by Little's law (throughput = c x tokens / mean latency), from that of
+the mean latency of the requests that finished in the window.
+
+The client knows when it is the bottleneck: a level in which more of each request's time was spent outside the
+server (transport, client; from the server's own timing of each request where the engine reports it, else the
+client's event-loop lag) than half the tolerance fails as ``client_bound``: an infrastructure failure, never the
+config's.
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -28,29 +48,74 @@ from autotune.study import WorkloadSpec
 
 #: how often a running level checks that the server is still alive and that no stop was requested
 WATCH_INTERVAL = 0.25
+#: how often the client's event loop is sampled for lag (seconds)
+LAG_PROBE = 0.005
+
+
+@dataclass
+class ClientLoad:
+    """How busy the client was during a level: its event loop's mean lag and its process's CPU share."""
+
+    loop_lag: float = 0.0           # seconds a timer fired late, on average
+    cpu: float = 0.0                # process CPU seconds per wall second (1.0 = one core busy)
 
 
 @dataclass
 class LevelResult:
     concurrency: int
     records: list[RequestRecord]
-    wall: float = 0.0               # seconds from the first request sent to the last one finished
-    full_load: float = 0.0          # seconds from the first request sent until the last one was sent
+    #: the steady-state window, seconds since the level started (concurrency levels only)
+    window: tuple[float, float] | None = None
+    load: ClientLoad = field(default_factory=ClientLoad)
 
     @property
-    def ok(self) -> list[RequestRecord]:
-        return [r for r in self.records if r.ok]
+    def measured(self) -> list[RequestRecord]:
+        """The requests whose latency and acceptance count: every finished one of the single stream; those that
+        finished inside the window of a concurrency level."""
+        done = [r for r in self.records if r.complete and not r.ramp]
+        if self.window is None:
+            return done
+        a, b = self.window
+        return [r for r in done if r.end is not None and a < r.end <= b]
+
+    @property
+    def failed(self) -> list[RequestRecord]:
+        return [r for r in self.records if not r.ok]
+
+    @property
+    def tokens(self) -> float:
+        """Tokens counted: all of the single stream's; those that arrived inside a concurrency level's window."""
+        if self.window is None:
+            return float(sum(r.tokens for r in self.measured))
+        a, b = self.window
+        return float(sum(r.tokens_by(b) - r.tokens_by(a) for r in self.records if r.ok))
+
+    @property
+    def server_timed(self) -> bool:
+        """Whether the single stream's figure comes from the server's own timing of every request."""
+        return self.window is None and bool(self.measured) and all(r.server_e2e for r in self.measured)
+
+    @property
+    def seconds(self) -> float:
+        """The time the tokens were counted over."""
+        if self.window is None:
+            return sum((r.server_e2e if self.server_timed else r.e2e) or 0.0 for r in self.measured)
+        return self.window[1] - self.window[0]
 
     @property
     def output_tok_s(self) -> float:
-        """Output tokens per second while the level had all its requests in flight.
+        return self.tokens / self.seconds if self.seconds > 0 else 0.0
 
-        The window ends when the last request is sent: up to then ``concurrency`` requests are always in flight;
-        after it the load tails off as they finish, which says nothing about the config at this concurrency.
-        """
-        if self.full_load > 0:
-            return sum(r.tokens_by(self.full_load) for r in self.ok) / self.full_load
-        return sum(r.tokens for r in self.ok) / self.wall if self.wall > 0 else 0.0
+    @property
+    def client_share(self) -> float | None:
+        """The share of the measured requests' time spent outside the server: the transport and the client, from
+        the server's own timing of each request (None when the engine reports none). A slot's idle time between
+        requests counts as outside time."""
+        timed = [r for r in self.measured if r.server_e2e is not None and r.e2e]
+        if not timed:
+            return None
+        outside = sum(max(0.0, r.e2e - r.server_e2e) + (r.gap or 0.0) for r in timed)  # type: ignore[operator]
+        return outside / sum(r.e2e + (r.gap or 0.0) for r in timed)  # type: ignore[operator]
 
 
 @dataclass
@@ -67,29 +132,40 @@ class Measurement:
         return [lv for rep in self.repeats for lv in rep if lv.concurrency == concurrency]
 
     def summary(self, concurrency: int) -> dict[str, Any]:
-        """One level's figures over all repeats: throughput, per-request speed, latency percentiles, acceptance."""
+        """One level's figures over all repeats: throughput, per-request speed, latency percentiles, acceptance,
+        and how busy the client was."""
         runs = self.level(concurrency)
         records = [r for lv in runs for r in lv.records]
-        ok = [r for r in records if r.ok]
+        ok = [r for lv in runs for r in lv.measured]
         decode = [d for d in (r.decode_tok_s for r in ok) if d is not None]
         ttft = [r.ttft * 1000 for r in ok if r.ttft is not None]
         itl = [g * 1000 for r in ok for g in r.itl]
-        e2e = [r.e2e * 1000 for r in ok if r.e2e is not None]
+        e2e = [r.e2e for r in ok if r.e2e is not None]
         verified = [r for r in ok if r.verify_steps]
-        throughputs = [lv.output_tok_s for lv in runs]
+        seconds = sum(lv.seconds for lv in runs)
+        shares = [s for s in (lv.client_share for lv in runs) if s is not None]
+        single = concurrency == 1
+        timed = single and all(lv.server_timed for lv in runs)
+        rates = [r.tokens / ((r.server_e2e if timed else r.e2e) or math.inf) for r in ok]
         out: dict[str, Any] = {
             "concurrency": concurrency,
             "requests": len(records),
-            "errors": len(records) - len(ok),
-            "output_tok_s": mean(throughputs),
-            "output_tok_s_rel_ci": relative_half_width([r.e2e for r in ok if r.e2e is not None]),
+            "measured": len(ok),
+            "errors": sum(1 for r in records if not r.ok),
+            "output_tok_s": sum(lv.tokens for lv in runs) / seconds if seconds > 0 else None,
+            "output_tok_s_rel_ci": relative_half_width(rates if single else e2e),
+            "server_timed": timed,
+            "window_s": None if single else round(seconds, 3),
             "decode_tok_s": mean(decode),
             "decode_tok_s_p50": percentile(decode, 50),
             "decode_tok_s_rel_ci": relative_half_width(decode),
             "accept_length": (sum(r.tokens for r in verified) / sum(r.verify_steps for r in verified))
             if verified else None,
+            "client_share": max(shares) if shares else None,
+            "client_loop_lag_ms": round(max((lv.load.loop_lag for lv in runs), default=0.0) * 1000, 3),
+            "client_cpu": round(max((lv.load.cpu for lv in runs), default=0.0), 3),
         }
-        for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", e2e)):
+        for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", [x * 1000 for x in e2e])):
             for q in (50, 90, 99):
                 out[f"{name}_p{q}"] = percentile(values, q)
         return out
@@ -112,9 +188,11 @@ class Bench:
         should_stop: Callable[[], bool] = lambda: False,
         seed: int | None = None,
         max_error_rate: float = 0.0,
+        levels: tuple[int, ...] | None = None,
     ) -> None:
         """``check`` raises ``TrialFailure`` if the server died (it is polled while requests run); a level whose
-        share of failed requests exceeds ``max_error_rate`` fails the measurement."""
+        share of failed requests exceeds ``max_error_rate`` fails the measurement. ``levels``: the concurrency levels
+        to measure (default: the single stream and the workload's)."""
         self.base_url = base_url
         self.engine = engine
         self.workload = workload
@@ -123,12 +201,12 @@ class Bench:
         self.check = check or (lambda: None)
         self.should_stop = should_stop
         self.max_error_rate = max_error_rate
+        self.levels = sorted(levels or {1, *workload.concurrency})
+        #: the most of a request's time the transport and the client may take before figures are off by more than
+        #: the workload tolerates
+        self.client_limit = workload.tolerance / 2
         #: what has been measured so far (also after a failure part-way)
         self.measurement = Measurement()
-
-    @property
-    def levels(self) -> list[int]:
-        return sorted({1, *self.workload.concurrency})
 
     def run(
         self,
@@ -152,16 +230,20 @@ class Bench:
         async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, limits=limits,
                                      timeout=timeout) as client:
             if w.warmup:
-                await self._level(client, LevelResult(1, []), w.warmup)
+                await self._single(client, LevelResult(1, []), w.warmup)
             for repeat in range(w.max_repeats):
                 results: list[LevelResult] = []
                 m.repeats.append(results)
                 for step, c in enumerate(self.levels):
-                    await self._flush(client)
+                    await self._flush()
                     level = LevelResult(c, [])
                     results.append(level)
-                    await self._level(client, level, w.requests if c == 1 else max(w.requests, 2 * c))
+                    if c == 1:
+                        await self._single(client, level, w.requests)
+                    else:
+                        await self._steady(client, level, w.requests)
                     self._judge(level)
+                    self._judge_client(level)
                     if repeat == 0 and on_level is not None:
                         on_level(step, c, m)
                 if precision_of is not None:
@@ -171,49 +253,109 @@ class Bench:
                     break
         return m
 
-    async def _flush(self, client: httpx.AsyncClient) -> None:
+    async def _flush(self) -> None:
         """Empty the prefix cache between levels where the engine can (prompts never repeat anyway)."""
         with (httpx.Client(base_url=self.base_url, headers=self.headers, timeout=10.0) as sync,
               contextlib.suppress(httpx.HTTPError)):
             self.engine.flush_cache(sync)
 
-    async def _level(self, client: httpx.AsyncClient, level: LevelResult, n: int) -> None:
-        """Run ``n`` requests with ``level.concurrency`` in flight, recording into ``level`` as they finish (so a
-        measurement that fails part-way keeps what it measured)."""
-        concurrency = level.concurrency
-        queue = [self.prompts.next() for _ in range(n)]
-        queue.reverse()
-        records = level.records
-        t0 = time.perf_counter()
+    def _request(self, client: httpx.AsyncClient, rec: RequestRecord, t0: float) -> Awaitable[None]:
         w = self.workload
+        return stream_one(client, self.engine, self.prompts.next(), rec, w.temperature, t0,
+                          first_token_timeout=w.request_timeout, stall_timeout=w.stall_timeout)
 
-        async def worker() -> None:
-            while queue:
-                prompt = queue.pop()
-                if not queue:
-                    level.full_load = time.perf_counter() - t0
-                records.append(await stream_one(
-                    client, self.engine, prompt, w.max_tokens, w.temperature, concurrency, t0,
-                    first_token_timeout=w.request_timeout, stall_timeout=w.stall_timeout))
+    async def _single(self, client: httpx.AsyncClient, level: LevelResult, n: int) -> None:
+        """``n`` requests one after another."""
+        t0 = time.perf_counter()
 
-        workers = [asyncio.create_task(worker()) for _ in range(concurrency)]
+        async def one_at_a_time() -> None:
+            for _ in range(n):
+                rec = RequestRecord(1, time.perf_counter() - t0, max_tokens=self.workload.max_tokens)
+                level.records.append(rec)
+                await self._request(client, rec, t0)
+
+        await self._supervise(level, [one_at_a_time()], asyncio.Event())
+
+    async def _steady(self, client: httpx.AsyncClient, level: LevelResult, requests: int) -> None:
+        """``level.concurrency`` requests in flight until ``requests`` have finished inside the steady-state window
+        (see the module's docstring)."""
+        c, max_tokens = level.concurrency, self.workload.max_tokens
+        t0 = time.perf_counter()
+        ramp_left = c
+        finished = 0
+        start: float | None = None
+        closed = asyncio.Event()
+
+        async def slot(i: int) -> None:
+            nonlocal ramp_left, finished, start
+            last_end: float | None = None
+            first = True
+            while not closed.is_set():
+                size = max(1, round(max_tokens * (i + 1) / c)) if first else max_tokens
+                rec = RequestRecord(c, time.perf_counter() - t0, max_tokens=size, ramp=first)
+                if last_end is not None:
+                    rec.gap = max(0.0, rec.start - last_end)
+                level.records.append(rec)
+                await self._request(client, rec, t0)
+                now = time.perf_counter() - t0
+                last_end = rec.end if rec.end is not None else now
+                if first:
+                    ramp_left -= 1
+                    if ramp_left == 0:
+                        start = now
+                elif start is not None and rec.complete and rec.end is not None and rec.end > start:
+                    finished += 1
+                    if finished >= requests and not closed.is_set():
+                        level.window = (start, now)
+                        closed.set()
+                first = False
+
+        await self._supervise(level, [slot(i) for i in range(c)], closed)
+
+    async def _supervise(self, level: LevelResult, work: list[Awaitable[None]], closed: asyncio.Event) -> None:
+        """Run ``work`` while watching the server, stop requests and failures, and the client's own load; when
+        ``closed`` is set, cut off whatever is still in flight."""
+        tasks = [asyncio.ensure_future(w) for w in work]
+        probe = asyncio.ensure_future(self._probe_lag(level.load))
+        closing = asyncio.ensure_future(closed.wait())
+        wall, cpu = time.perf_counter(), time.process_time()
         try:
-            while not all(t.done() for t in workers):
-                await asyncio.wait(workers, timeout=WATCH_INTERVAL)
+            while not all(t.done() for t in tasks) and not closed.is_set():
+                await asyncio.wait([*tasks, closing], timeout=WATCH_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
+                for t in tasks:
+                    if t.done() and not t.cancelled() and t.exception() is not None:
+                        raise t.exception()  # type: ignore[misc]
                 self.check()
                 if self.should_stop():
-                    raise TrialFailure("interrupted", f"stop requested while measuring concurrency {concurrency}")
-                if any(r.error and r.error.startswith("stalled") for r in records):
-                    self._judge(level)  # a stalled stream: the rest would only wait out their timeouts too
+                    raise TrialFailure("interrupted",
+                                       f"stop requested while measuring concurrency {level.concurrency}")
+                if level.failed and (any((r.error or "").startswith("stalled") for r in level.failed)
+                                     or len(level.failed) > self.max_error_rate * max(len(level.records), 10)):
+                    self._judge(level)  # failing fast: the rest would only fail or wait out their timeouts too
         finally:
-            for t in workers:
+            for t in (*tasks, probe, closing):
                 t.cancel()
-            await asyncio.gather(*workers, return_exceptions=True)
-            level.wall = max((r.start + (r.e2e or 0.0) for r in records), default=0.0)
+            await asyncio.gather(*tasks, probe, closing, return_exceptions=True)
+            elapsed = time.perf_counter() - wall
+            level.load.cpu = (time.process_time() - cpu) / elapsed if elapsed > 0 else 0.0
+            for r in level.records:
+                if r.ok and r.finish_reason is None:
+                    r.cancelled = True
+
+    @staticmethod
+    async def _probe_lag(load: ClientLoad) -> None:
+        """Sample how late the event loop wakes a timer (a busy client processes every chunk late)."""
+        loop = asyncio.get_running_loop()
+        late: list[float] = []
+        while True:
+            asked = loop.time()
+            await asyncio.sleep(LAG_PROBE)
+            late.append(max(0.0, loop.time() - asked - LAG_PROBE))
+            load.loop_lag = sum(late) / len(late)
 
     def _judge(self, result: LevelResult) -> None:
         """Fail the measurement when requests failed: the server died, stalled or answered with errors."""
-        failed = [r for r in result.records if not r.ok]
+        failed = result.failed
         if not failed:
             return
         self.check()  # a dead server explains the failures best
@@ -224,3 +366,24 @@ class Bench:
         reason = "stalled" if stalled else "errors"
         raise TrialFailure(reason, f"{len(failed)} of {len(result.records)} requests failed at concurrency "
                                    f"{result.concurrency}: {example}")
+
+    def _judge_client(self, level: LevelResult) -> None:
+        """Fail as ``client_bound`` when the client (or the transport) took too much of the requests' time (a single
+        stream the server timed itself is immune to both)."""
+        if level.server_timed:
+            return
+        share = level.client_share
+        if share is None:
+            times = [r.e2e for r in level.measured if r.e2e]
+            share = level.load.loop_lag / (sum(times) / len(times)) if times else None
+            how = "its event loop ran late by that share of a request's time"
+        else:
+            how = "by the server's own timing of each request"
+        if share is None or share <= self.client_limit:
+            return
+        raise TrialFailure("client_bound", (
+            f"concurrency {level.concurrency}: the client fell behind the server: {share:.1%} of each request's "
+            f"time was spent outside the server ({how}; at most {self.client_limit:.1%} keeps the figure within "
+            f"the tolerance); it reached {level.output_tok_s:.0f} tok/s with {level.load.cpu:.0%} of a CPU core "
+            f"busy and its event loop {level.load.loop_lag * 1000:.1f} ms late on average. Measure from closer to "
+            "the server, with less load on this machine, or with longer requests (max_tokens)"))

@@ -42,6 +42,7 @@ class StreamUpdate:
     finish_reason: str | None = None
     accept_length: float | None = None      # accepted tokens per verify step for this request, from the response
     verify_steps: int | None = None         # number of verify (decode) steps for this request
+    server_seconds: float | None = None     # the request's duration as the server timed it (on the last event)
     error: str | None = None                # the server reported an error for this request
 
 

@@ -359,7 +359,9 @@ class LlamaCpp(Engine):
                 accept_length = n / verify_steps
         stop_type = payload.get("stop_type")
         finish = {"limit": "length", "eos": "stop", "word": "stop"}.get(str(stop_type), stop_type)
+        spent = [timings.get(k) for k in ("prompt_ms", "predicted_ms")]
         return StreamUpdate(
+            server_seconds=sum(spent) / 1000 if all(isinstance(x, (int, float)) for x in spent) else None,
             tokens=tokens if tokens is not None else n,
             finished=True,
             finish_reason=finish,

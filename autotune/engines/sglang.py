@@ -188,6 +188,8 @@ class SGLang(Engine):
             return update
         update.finished = True
         update.finish_reason = finish.get("type") if isinstance(finish, dict) else str(finish)
+        latency = meta.get("e2e_latency")
+        update.server_seconds = float(latency) if isinstance(latency, (int, float)) else None
         if update.finish_reason == "abort":
             update.error = str(finish.get("message", "aborted")) if isinstance(finish, dict) else "aborted"
         verify = _int_or_none(meta.get("spec_verify_ct"))

@@ -65,9 +65,9 @@ def gains(best: TrialRecord, base: TrialRecord) -> list[Gain]:
             out.append(g)
     m, m0 = best.metrics, base.metrics
     top, top0 = m.get("concurrency"), m0.get("concurrency")
-    for key, c, c0, ci_key in (("single_tok_s", 1, 1, "decode_tok_s_rel_ci"),
-                               ("concurrent_tok_s", top, top0, "output_tok_s_rel_ci")):
-        g = gain(key, m.get(key), m0.get(key), best.level(c).get(ci_key), base.level(c0).get(ci_key))
+    for key, c, c0 in (("single_tok_s", 1, 1), ("concurrent_tok_s", top, top0)):
+        g = gain(key, m.get(key), m0.get(key), best.level(c).get("output_tok_s_rel_ci"),
+                 base.level(c0).get("output_tok_s_rel_ci"))
         if g:
             out.append(g)
     return out

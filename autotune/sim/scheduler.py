@@ -56,7 +56,9 @@ class Request:
     last_emit: float = 0.0
     finish_time: float = 0.0
     finish_reason: dict | None = None
+    #: set at every output; ``done`` once the request has finished
     event: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
+    done: asyncio.Event = dataclasses.field(default_factory=asyncio.Event)
 
     @property
     def prompt_tokens(self) -> int:
@@ -77,6 +79,16 @@ class Request:
     @property
     def context(self) -> int:
         return self.prompt_tokens + self.completion_tokens
+
+
+@dataclasses.dataclass
+class Iteration:
+    """One scheduler iteration, ending at ``end`` (model seconds): a prefill of ``prefill``, else a decode step;
+    ``crash`` is the exception an injected fault dies with instead."""
+
+    end: float
+    prefill: list[Request]
+    crash: str | None = None
 
 
 class Clock:
@@ -111,9 +123,10 @@ class Scheduler:
         metrics: Metrics,
         crash: Callable[[str, str], None],
         deferred_error: tuple[str, str] | None = None,
+        clock: Clock | None = None,
     ) -> None:
         self.profile, self.config, self.plan = profile, config, plan
-        self.clock = Clock(speedup)
+        self.clock = clock or Clock(speedup)
         self.noise = noise
         self.seed = seed if seed is not None else random.SystemRandom().randrange(2**31)
         self.rng = random.Random(self.seed)
@@ -196,6 +209,7 @@ class Scheduler:
         if not req.finished:
             req.finish_reason = {"type": "abort", "message": "The client disconnected.", "status_code": None,
                                  "err_type": None}
+            req.done.set()
 
     def used_tokens(self) -> int:
         return sum(r.context for r in self.running)
@@ -206,35 +220,46 @@ class Scheduler:
         while True:
             if self.stalled:
                 await asyncio.Event().wait()
-            start = self._next_start()
-            if start is None:
+            iteration = self.next_iteration()
+            if iteration is None:
                 self._wake.clear()
                 await self._wake.wait()
                 continue
-            admitted = self._admit(start)
-            if admitted:
-                end = start + self._prefill_duration(admitted) / 1000.0
-                await self._until(end)
-                self._finish_prefill(admitted, end)
-            else:
-                batch = len(self.running)
-                if self.faults.oom_under_load is not None and batch > self.faults.oom_under_load:
-                    need = 0.4 + 0.05 * batch
-                    self.crash("running", model.oom_message(need, self.profile, 0.3))
-                    return
-                if self.deferred_error and self.deferred_error[0] == "running":
-                    self.crash("running", self.deferred_error[1])
-                    return
-                end = start + self._decode_duration(batch) / 1000.0
-                await self._until(end)
-                self._finish_decode(end)
-            self._end = end
+            if iteration.crash is not None:
+                self.crash("running", iteration.crash)
+                return
+            await self._until(iteration.end)
+            self.finish(iteration)
             since_yield += 1
             if since_yield >= 8:
                 since_yield = 0
                 await asyncio.sleep(0)
 
     # ---------------------------------------------------------------------------------------- iterations
+
+    def next_iteration(self) -> Iteration | None:
+        """The iteration the scheduler runs next, decided now: a prefill of the requests that arrived (while slots,
+        KV room and the chunk budget allow) or a decode step of the running batch. None while there is no work."""
+        start = self._next_start()
+        if start is None:
+            return None
+        admitted = self._admit(start)
+        if admitted:
+            return Iteration(start + self._prefill_duration(admitted) / 1000.0, admitted)
+        batch = len(self.running)
+        if self.faults.oom_under_load is not None and batch > self.faults.oom_under_load:
+            return Iteration(start, [], crash=model.oom_message(0.4 + 0.05 * batch, self.profile, 0.3))
+        if self.deferred_error and self.deferred_error[0] == "running":
+            return Iteration(start, [], crash=self.deferred_error[1])
+        return Iteration(start + self._decode_duration(batch) / 1000.0, [])
+
+    def finish(self, iteration: Iteration) -> None:
+        """Complete ``iteration`` (at its end time): emit its tokens, retire finished requests, log."""
+        if iteration.prefill:
+            self._finish_prefill(iteration.prefill, iteration.end)
+        else:
+            self._finish_decode(iteration.end)
+        self._end = iteration.end
 
     def _next_start(self) -> float | None:
         if self.running:
@@ -291,7 +316,7 @@ class Scheduler:
         return model.prefill_ms(self.profile, self.config, new_tokens, len(batch)) * self._jitter()
 
     def _finish_prefill(self, batch: list[Request], end: float) -> None:
-        now = time.monotonic()
+        now = self.clock.wall(end)  # when the modelled GPU finished the forward (the event loop may run late)
         budget = self.plan.chunked_prefill_size
         chunked: list[Request] = []
         cached = sum(r.cached_tokens for r in batch if r.prefilled == r.cached_tokens)
@@ -329,7 +354,7 @@ class Scheduler:
         return model.step_ms(self.profile, self.config, per_worker, int(context), self._graph) * self._jitter()
 
     def _finish_decode(self, end: float) -> None:
-        now = time.monotonic()
+        now = self.clock.wall(end)
         spec = self.config.spec
         batch, used = len(self.running), self.used_tokens()
         for req in list(self.running):
@@ -391,6 +416,7 @@ class Scheduler:
             if req.log_metrics:
                 self.metrics.observe_finished(req.stream, req.prompt_tokens, req.completion_tokens,
                                               now - req.arrival)
+            req.done.set()
         req.event.set()
 
     def _after_tokens(self) -> None:

@@ -3,6 +3,7 @@ scheduler request (with SGLang's length checks), and waiting for or streaming it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
 import logging
@@ -24,7 +25,8 @@ DEFAULT_MAX_NEW_TOKENS = 128
 DISCONNECT_POLL_S = 4.0
 # SGLang streams one chunk per decode step. Under --sim-speedup steps come faster than a Python HTTP stack (and
 # its client) can frame them, so streams then coalesce steps: each sends at most one chunk per 2 ms, and all
-# streams together about CHUNK_RATE_BUDGET chunks per second. Token counts and timestamps stay exact.
+# streams together about CHUNK_RATE_BUDGET chunks per second. Token counts stay exact and a request's last chunk
+# is sent as soon as it finishes, so request times stay exact too.
 MIN_CHUNK_INTERVAL_S = 0.002
 CHUNK_RATE_BUDGET = 2000.0
 
@@ -128,7 +130,10 @@ async def updates(state: State, req: GenRequest) -> AsyncIterator[GenRequest]:
             if req.finished:
                 return
             if state.sim.speedup > 1:
-                await asyncio.sleep(max(MIN_CHUNK_INTERVAL_S, state.open_streams / CHUNK_RATE_BUDGET))
+                # pace the chunks, but never hold the last one: a finished request is answered at once
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(req.done.wait(),
+                                           max(MIN_CHUNK_INTERVAL_S, state.open_streams / CHUNK_RATE_BUDGET))
     finally:
         state.open_streams -= 1
         if not req.finished:

@@ -108,6 +108,7 @@ class LocalForward:
         try:
             with contextlib.suppress(OSError):
                 client.setblocking(True)
+                client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # a chunk is sent when it arrives
             _pump(client.recv, chan.sendall, lambda: not self.closed)
         finally:
             with contextlib.suppress(Exception):

@@ -332,6 +332,8 @@ class SSHConnection:
         if isinstance(sock, socket.socket):
             with contextlib.suppress(OSError):
                 sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+                # forwarded streams are many small packets: Nagle's algorithm would hold each behind the last ACK
+                sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         return client
 
     def _unknown_key_message(self, hostname: str, key: paramiko.PKey) -> str:

@@ -113,17 +113,15 @@ def test_surface_cli_prints_one_json_document():
     assert by_params[(8, 8, 32)]["fits"] is False
 
 
-def test_surface_cli_table_space_override_and_errors():
-    from click.testing import CliRunner
+def test_surface_cli_table_space_override_and_errors(monkeypatch, capsys):
+    from tests.small_study import run_cli
 
-    from autotune.cli import cli
-
-    result = CliRunner().invoke(cli, ["sim", "surface", "--profile", "llama8b", "--space",
-                                      '{"speculative-num-steps": [2, 3], "speculative-eagle-topk": [1]}'])
-    assert result.exit_code == 0, result.output
-    assert "2 valid configs" in result.output and "best single" in result.output
-    result = CliRunner().invoke(cli, ["sim", "surface", "--profile", "no-such-profile"])
-    assert result.exit_code != 0 and "no profile 'no-such-profile'" in result.output
+    code, out, err = run_cli(monkeypatch, capsys, "sim", "surface", "--profile", "llama8b", "--space",
+                             '{"speculative-num-steps": [2, 3], "speculative-eagle-topk": [1]}')
+    assert code == 0, err
+    assert "2 valid configs" in out and "best single" in out
+    code, out, err = run_cli(monkeypatch, capsys, "sim", "surface", "--profile", "no-such-profile")
+    assert code == 2 and "no profile 'no-such-profile'" in err and len(err.strip().splitlines()) == 1
 
 
 def test_profile_errors_name_file_and_key(tmp_path):

@@ -33,6 +33,7 @@ class Stream:
     sent: float = 0.0
     events: list[tuple[float, int]] = field(default_factory=list)
     finished: float | None = None
+    server_seconds: float | None = None  # meta_info.e2e_latency of the final event: the server's own timing
 
     def tokens_at(self, t: float) -> int:
         """Cumulative tokens at the last event that arrived at or before ``t`` (0 if none had; counts only grow)."""
@@ -133,6 +134,8 @@ async def _request(base_url: str, prompt: str, max_tokens: int, headers: dict[st
                 if not isinstance(reason, dict) or reason.get("type") == "abort" or not stream.events:
                     raise StreamError(f"finished with {reason!r} after {tokens} tokens")
                 stream.finished = now
+                latency = meta.get("e2e_latency")
+                stream.server_seconds = float(latency) if isinstance(latency, (int, float)) else None
         raise StreamError("stream ended before [DONE]")
     finally:
         writer.close()
@@ -149,8 +152,10 @@ def single_stream(base_url: str, prompts: list[str], max_tokens: int,
                   headers: dict[str, str] | None = None) -> dict[str, float]:
     """Send every prompt once, one after another (one request in flight). Raises RuntimeError if one fails.
 
-    decode_tok_s per request is (tokens after the first token event) / (last event time - first event time), i.e.
-    (tokens - 1) / (...) when the first event carries one token, as SGLang's does."""
+    output_tok_s is tokens over the requests' time on this client's clock; server_output_tok_s over the time the
+    server reported for each (meta_info.e2e_latency; nan if it reported none). decode_tok_s per request is (tokens
+    after the first token event) / (last event time - first event time), i.e. (tokens - 1) / (...) when the first
+    event carries one token, as SGLang's does."""
     _check_prompts(prompts)
 
     async def run() -> list[Stream]:
@@ -166,7 +171,10 @@ def single_stream(base_url: str, prompts: list[str], max_tokens: int,
         raise RuntimeError(f"single_stream request failed: {type(e).__name__}: {e}") from e
     decode = [(s.events[-1][1] - s.events[0][1]) / (s.events[-1][0] - s.events[0][0])
               for s in streams if len(s.events) >= 2]
-    return {"output_tok_s": sum(s.events[-1][1] for s in streams) / sum(s.finished - s.sent for s in streams),
+    tokens = sum(s.events[-1][1] for s in streams)
+    timed = all(s.server_seconds for s in streams)
+    return {"output_tok_s": tokens / sum(s.finished - s.sent for s in streams),
+            "server_output_tok_s": tokens / sum(s.server_seconds for s in streams) if timed else math.nan,
             "decode_tok_s": sum(decode) / len(decode) if decode else math.nan, "requests": len(streams),
             "ttft_s": sum(s.events[0][0] - s.sent for s in streams) / len(streams)}
 

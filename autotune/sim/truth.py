@@ -1,0 +1,172 @@
+"""The emulator's own account of a workload: the figures a perfect client would measure on it, free of measurement
+noise.
+
+The emulator's scheduler (scheduler.py: the same code, and the same per-request variation, a running emulator
+serves with) is driven on a virtual clock, over runs long enough that the figures settle (about 0.3%; a
+deterministic run would lock into one arbitrary pattern of completions, which the variation keeps mixing), by a
+client that reacts at once:
+
+* single stream: one request at a time over the workload's prompts; the figure is completion tokens over the
+  requests' whole time (sent to last token, prefill included), as autotune measures it;
+* concurrency c: a closed loop of c requests in flight, a new one sent as soon as one finishes. The client's request
+  reaches the server while it is in its next iteration (any real client does), so it joins the one after. The ramp
+  (the first request of each slot, of graded lengths, so completions spread as they do in steady state) is left
+  out; the figure is the output tokens emitted in the window that follows, over its length.
+
+Figures are at the server's speed, i.e. multiplied by ``--sim-speedup`` as the running emulator would serve them.
+"""
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass
+
+from autotune.sim import model
+from autotune.sim.args import build_parser, resolve, sim_options
+from autotune.sim.faults import Faults
+from autotune.sim.metrics import Metrics
+from autotune.sim.profile import load_profile
+from autotune.sim.scheduler import Clock, Request, Scheduler
+
+#: a replacement request arrives this long (model seconds) after the request it replaces ended: after the server
+#: began its next iteration
+REACTION = 1e-9
+#: completions inside the steady-state window, per request in flight (the figure settles to about 0.3% by then)
+WINDOW_TURNS = 30
+#: requests of the single stream (its figure settles to about 0.3% by then)
+SINGLE_REQUESTS = 1000
+_QUIET = logging.getLogger("autotune.sim.truth")
+_QUIET.addHandler(logging.NullHandler())
+_QUIET.propagate = False
+
+
+class VirtualClock(Clock):
+    """Model seconds, moved by the driver (never by the wall clock)."""
+
+    def __init__(self) -> None:
+        super().__init__(1.0)
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+@dataclass(frozen=True)
+class Truth:
+    """Noise-free figures of one config for one workload (tok/s at the emulator's --sim-speedup)."""
+
+    single_tok_s: float
+    level_tok_s: dict[int, float]
+    accept_length: float
+    max_running_requests: int
+    fits: bool
+    error: str | None = None
+
+
+def server(argv: list[str], seed: int = 0) -> tuple[Scheduler, VirtualClock, float]:
+    """A scheduler for the emulator started with SGLang arguments ``argv`` (its --sim-* options included, but not
+    its faults), on a virtual clock; and its --sim-speedup."""
+    ns = build_parser().parse_args(argv)
+    profile = load_profile(ns.sim_profile)
+    resolved = resolve(ns, argv, profile, lambda message: None)
+    options = sim_options(ns)
+    plan = model.memory_plan(profile, resolved.config)
+    clock = VirtualClock()
+    metrics = Metrics(resolved.served_model_name, plan.max_total_num_tokens)
+    noise = profile.noise if options.noise is None else options.noise
+    scheduler = Scheduler(profile, resolved.config, plan, speedup=1.0, noise=noise, seed=seed, faults=Faults(),
+                          log=_QUIET, decode_log_interval=1 << 30, metrics=metrics,
+                          crash=lambda phase, exception: None, clock=clock)
+    scheduler.serving = True
+    return scheduler, clock, options.speedup
+
+
+def figures(argv: list[str], prompt_lengths: list[int], max_tokens: int, levels: list[int],
+            temperature: float = 0.0, seed: int = 0) -> Truth:
+    """The figures of the emulator started with ``argv`` for a workload: prompts of ``prompt_lengths`` tokens (used
+    in a shuffled order, as the client does), ``max_tokens`` per request, at concurrency 1 and each of ``levels``."""
+    scheduler, _, speedup = server(argv)
+    plan, spec = scheduler.plan, scheduler.config.spec
+    length = model.accept_length(scheduler.profile, spec, temperature)
+    if plan.error is not None:
+        return Truth(0.0, {c: 0.0 for c in levels}, length, plan.max_running_requests, False, plan.error)
+    single = _single(server(argv, seed)[:2], _Prompts(prompt_lengths, seed), max_tokens, temperature)
+    level = {c: _closed_loop(server(argv, seed + c)[:2], _Prompts(prompt_lengths, seed + c), max_tokens, c,
+                             temperature) for c in sorted(set(levels)) if c > 1}
+    if 1 in levels:
+        level[1] = single
+    return Truth(single * speedup, {c: v * speedup for c, v in level.items()}, length, plan.max_running_requests,
+                 True)
+
+
+class _Prompts:
+    """Distinct prompts of the given lengths in a shuffled order (first tokens differ: no prefix is ever shared)."""
+
+    def __init__(self, lengths: list[int], seed: int) -> None:
+        self._lengths = list(lengths)
+        random.Random(seed).shuffle(self._lengths)
+        self._n = 0
+
+    def next(self) -> list[int]:
+        n = self._lengths[self._n % len(self._lengths)]
+        self._n += 1
+        return [self._n, *([7] * max(0, n - 1))]
+
+
+def _request(prompts: _Prompts, max_tokens: int, temperature: float) -> Request:
+    return Request(prompt_ids=prompts.next(), max_new_tokens=max_tokens, ignore_eos=True, temperature=temperature,
+                   stream=True, log_metrics=False)
+
+
+def _single(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: int, temperature: float) -> float:
+    """Tokens over the whole request time, one request at a time."""
+    scheduler, clock = run
+    tokens = seconds = 0.0
+    for _ in range(SINGLE_REQUESTS):
+        req = scheduler.submit(_request(prompts, max_tokens, temperature))
+        sent = clock.now()
+        while not req.finished:
+            _advance(scheduler, clock)
+        tokens += req.completion_tokens
+        seconds += clock.now() - sent
+    return tokens / seconds
+
+
+def _closed_loop(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: int, concurrency: int,
+                 temperature: float) -> float:
+    scheduler, clock = run
+    ramp = []
+    for i in range(concurrency):
+        req = _request(prompts, max(1, round(max_tokens * (i + 1) / concurrency)), temperature)
+        ramp.append(scheduler.submit(req))
+    in_flight = list(ramp)
+    window_start: float | None = None
+    tokens_at_start = 0
+    finished_in_window = 0
+    while True:
+        _advance(scheduler, clock)
+        done = [r for r in in_flight if r.finished]
+        if not done:
+            continue
+        if window_start is None and all(r.finished for r in ramp):
+            window_start, tokens_at_start = clock.now(), scheduler.total_generated
+        elif window_start is not None:
+            finished_in_window += len(done)
+            if finished_in_window >= WINDOW_TURNS * concurrency:
+                return (scheduler.total_generated - tokens_at_start) / (clock.now() - window_start)
+        end = clock.now()
+        clock.t = end + REACTION
+        in_flight = [r for r in in_flight if not r.finished]
+        in_flight += [scheduler.submit(_request(prompts, max_tokens, temperature)) for _ in done]
+        clock.t = end
+
+
+def _advance(scheduler: Scheduler, clock: VirtualClock) -> None:
+    """Run the scheduler's next iteration on the virtual clock."""
+    iteration = scheduler.next_iteration()
+    if iteration is None:
+        raise RuntimeError("the emulated server has nothing to do")
+    if iteration.crash is not None:
+        raise RuntimeError(f"the emulated server died: {iteration.crash.splitlines()[0]}")
+    clock.t = max(clock.t, iteration.end)
+    scheduler.finish(iteration)

@@ -1,0 +1,80 @@
+"""Measuring through an ssh-process target's default transport (the port forward over the real sshd on loopback):
+at any token rate the figures agree with the truth as the direct ones do, or the level fails as client_bound with
+its reason; never a silent error above 3%."""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from autotune.bench.measure import Bench
+from autotune.bench.workload import load_prompts
+from autotune.engines import get_engine
+from autotune.errors import TrialFailure
+from autotune.health import wait_ready
+from autotune.plan import make_plan
+from autotune.sim.surface import study_surface
+from autotune.study import WorkloadSpec, load_study
+from autotune.targets.process import ProcessTarget
+from tests.ssh.conftest import SpecFactory
+from tests.studies import write_study
+
+ENGINE = get_engine("sglang")
+MAX_TOKENS = 128
+#: the single stream (timed by the server) and a window of 256 short requests at concurrency 32 (behind the server's
+#: queue, short requests' windows wander by about 1% per 128 of them)
+RUNS = ((1, 32), (32, 256))
+
+
+def _space(steps: int, topk: int, draft: int) -> str:
+    return "".join(f'[space.{name}]\ntype = "categorical"\nchoices = [{value}]\n' for name, value in (
+        ("speculative-num-steps", steps), ("speculative-eagle-topk", topk), ("speculative-num-draft-tokens", draft)))
+
+
+def _figure(url: str, prompts: list[str], level: int, requests: int) -> float | str:
+    """The level's figure through ``url``, or the client_bound failure's text."""
+    workload = WorkloadSpec(max_tokens=MAX_TOKENS, concurrency=(level,), requests=requests, warmup=1, max_repeats=1)
+    try:
+        m = Bench(url, ENGINE, workload, prompts, seed=0, levels=(level,)).run()
+    except TrialFailure as e:
+        assert e.reason == "client_bound", e
+        return e.detail
+    return m.summary(level)["output_tok_s"]
+
+
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("config", [(3, 1, 4), (8, 4, 11)])
+def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], make_spec: SpecFactory,
+                                                  cleanup, tmp_path: Path) -> None:
+    steps, topk, draft = config
+    rows = []
+    for speedup in (4, 32):
+        study = write_study(tmp_path, f"k{speedup}", space=_space(*config), args={
+            "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft,
+            "sim-speedup": speedup, "sim-time-scale": 0.001},
+            workload=f"max_tokens = {MAX_TOKENS}\nconcurrency = [1, 32]\nrequests = 32")
+        plan = make_plan(load_study(str(study)))
+        truth = {int(c): v for c, v in study_surface(plan)["configs"][0]["level_tok_s"].items()}
+        spec = make_spec(tunnel=True)
+        target = cleanup(ProcessTarget(spec))
+        argv = plan.engine.render([sys.executable, "-m", "autotune.sim"],
+                                  {**plan.baseline.args, "port": spec.server_port})
+        deployment = target.deploy([*argv, "--sim-seed", "1"], {}, tmp_path / f"k{speedup}.log")
+        wait_ready(deployment, ENGINE, 0.25, 60)
+        prompts = load_prompts("builtin", tmp_path)
+        for level, requests in RUNS:
+            for transport, url in (("direct", f"http://127.0.0.1:{spec.server_port}"),
+                                   ("tunnel", deployment.base_url)):
+                rows.append((speedup, level, transport, truth[level], _figure(url, prompts, level, requests)))
+        target.stop()
+    table = "\n".join(f"x{k} c{c} {how}: " + (f"{got:.0f} vs truth {want:.0f} ({got / want - 1:+.1%})"
+                                                if isinstance(got, float) else got) for k, c, how, want, got in rows)
+    print(table)
+    for _, _, _, want, got in rows:
+        if isinstance(got, str):
+            assert "the client fell behind the server" in got and "outside the server" in got, table
+        else:
+            assert abs(got / want - 1) <= 0.03, table
+    # at the lowest speed every figure is measured, through the tunnel too
+    assert all(isinstance(got, float) for k, _, _, _, got in rows if k == 4), table

@@ -1,0 +1,141 @@
+"""The tuner's figures against the truth and against an independent client.
+
+For configs from chains to topk-8 trees, short and long requests: `autotune bench` (the measurement every trial
+makes) must agree with the emulator's own statement of the truth for the study's workload (`autotune sim surface
+--study`) and with tests/support/reference_client.py, a closed-loop client that shares no code with autotune/bench.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autotune import commands
+from autotune.bench.workload import PromptStream, load_prompts
+from autotune.plan import make_plan
+from autotune.sim.surface import study_surface
+from autotune.study import load_study
+from tests.studies import write_study
+from tests.support import reference_client
+
+CONFIGS = [(1, 1, 2), (2, 1, 3), (4, 1, 5), (8, 1, 9), (3, 2, 7), (3, 4, 11), (2, 8, 9), (8, 8, 11)]
+#: max_tokens -> measurements: (objective, emulator speedup, requests per level, concurrency levels). Fast enough
+#: for a test, slow enough that both clients keep up (the single stream is timed by the server, so it may run fast;
+#: at concurrency 32 most configs queue, so the clients' reaction time is hidden); enough requests that the figures'
+#: own spread stays well inside the limits (96-token requests differ by about 6% in speed, 512-token ones by 3%, and
+#: a window of short requests behind a queue wanders by about 1% per 128 of them)
+SETTINGS = {
+    96: [("single", 16, 128, (1,)), ("concurrent", 2, 96, (8,)), ("concurrent", 4, 256, (32,))],
+    512: [("single", 16, 32, (1,)), ("concurrent", 8, 32, (8, 32))],
+}
+LIMITS = {1: 0.02, 8: 0.03, 32: 0.03}
+
+
+def _space(steps: int, topk: int, draft: int) -> str:
+    return "".join(f'[space.{name}]\ntype = "categorical"\nchoices = [{value}]\n' for name, value in (
+        ("speculative-num-steps", steps), ("speculative-eagle-topk", topk), ("speculative-num-draft-tokens", draft)))
+
+
+@pytest.fixture
+def emulator() -> Iterator[callable]:
+    started: list[subprocess.Popen[bytes]] = []
+
+    def start(study: Path, seed: int) -> str:
+        """The study's baseline config on the emulator, at the study's port; its URL once ready."""
+        plan = make_plan(load_study(str(study)))
+        argv = [*plan.engine.render([sys.executable, "-m", "autotune.sim"], plan.baseline.args), "--sim-seed",
+                str(seed)]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+        started.append(proc)
+        url = f"http://127.0.0.1:{plan.target.server_port}"
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get(url + "/ready", timeout=2).status_code == 200:
+                    return url
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        raise RuntimeError("the emulator did not come up")
+
+    yield start
+    for proc in started:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _spearman(a: list[float], b: list[float]) -> float:
+    def ranks(xs: list[float]) -> list[int]:
+        order = sorted(range(len(xs)), key=xs.__getitem__)
+        out = [0] * len(xs)
+        for rank, i in enumerate(order):
+            out[i] = rank
+        return out
+    ra, rb = ranks(a), ranks(b)
+    n = len(a)
+    return 1 - 6 * sum((x - y) ** 2 for x, y in zip(ra, rb, strict=True)) / (n * (n * n - 1))
+
+
+def _measure(directory: Path, name: str, config: tuple[int, int, int], max_tokens: int, objective: str,
+             speedup: int, requests: int, levels: tuple[int, ...], seed: int, emulator, tagged) -> list[tuple]:
+    """One emulator run: the truth, `autotune bench`'s figures and the reference client's, per level."""
+    steps, topk, draft = config
+    study = write_study(directory, name, objective=objective, space=_space(*config), args={
+        "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft,
+        "sim-speedup": speedup, "sim-time-scale": 0.001},
+        workload=f"max_tokens = {max_tokens}\nconcurrency = {list(levels)}\nrequests = {requests}\nwarmup = 1")
+    # what `autotune sim surface --study` and `autotune bench --study` print (tests/test_measurement.py runs those
+    # commands; here their functions, to spare two process starts per run)
+    plan = make_plan(load_study(str(study)))
+    truth = {int(c): v for c, v in study_surface(plan)["configs"][0]["level_tok_s"].items()}
+    url = emulator(study, seed=seed)
+    tuned = {lv["concurrency"]: lv["output_tok_s"] for lv in commands.bench(plan)["levels"]}
+    out = []
+    for c in levels:
+        if c == 1:
+            # the single stream's very requests again (`autotune bench` orders its prompts with seed 0): both see
+            # the same server-side randomness, timed by the server in both; the cache is emptied first
+            order = PromptStream(load_prompts("builtin", directory), 0)
+            sent = [order.next() for _ in range(1 + requests)][1:]   # after the one warm-up request
+            httpx.post(url + "/flush_cache", timeout=10)
+            reference = reference_client.single_stream(url, sent, max_tokens)["server_output_tok_s"]
+        else:
+            duration = c * max_tokens / truth[c]   # one request's time at that load
+            ref = reference_client.closed_loop(url, [next(tagged) for _ in range(2000)], max_tokens, c,
+                                               ramp_s=1.5 * duration, window_s=max(duration * requests / c, 1.0),
+                                               stagger_s=duration)
+            assert ref["errors"] == 0, ref
+            reference = ref["output_tok_s"]
+        out.append((config, c, speedup, tuned[c], truth[c], reference))
+    return out
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("max_tokens", sorted(SETTINGS))
+def test_figures_agree_with_truth_and_an_independent_client(max_tokens: int, tmp_path: Path, emulator) -> None:
+    tagged = iter(f"[reference {i}] {p}" for i in range(1000) for p in load_prompts("builtin", tmp_path))
+    rows = []
+    for n, config in enumerate(CONFIGS):
+        for k, (objective, speedup, requests, levels) in enumerate(SETTINGS[max_tokens]):
+            rows += _measure(tmp_path, f"c{n}-{k}", config, max_tokens, objective, speedup, requests, levels,
+                             seed=n, emulator=emulator, tagged=tagged)
+    table = [f"max_tokens {max_tokens}: config, level, --sim-speedup: tuner / truth (error) / reference (error)"]
+    table += [f"{config} c{c} x{k}: {tuned:.0f} / {truth:.0f} ({tuned / truth - 1:+.1%}) / {ref:.0f} "
+              f"({tuned / ref - 1:+.1%})" for config, c, k, tuned, truth, ref in rows]
+    print("\n".join(table))
+    for config, c, _, tuned, truth, reference in rows:
+        assert abs(tuned / truth - 1) <= LIMITS[c], (config, c, "\n".join(table))
+        assert abs(tuned / reference - 1) <= LIMITS[c], (config, c, "\n".join(table))
+    for level in LIMITS:
+        pairs = [(tuned, truth) for _, c, _, tuned, truth, _ in rows if c == level]
+        rho = _spearman([a for a, _ in pairs], [b for _, b in pairs])
+        assert rho >= 0.95, (level, rho, "\n".join(table))

@@ -10,6 +10,8 @@ from typing import Any
 import optuna
 from optuna.artifacts import FileSystemArtifactStore, upload_artifact
 
+from autotune.redact import mask
+
 log = logging.getLogger("autotune")
 
 
@@ -37,11 +39,15 @@ def upload_trial(
         files_dir.mkdir(parents=True, exist_ok=True)
         uploads: list[tuple[Path, str]] = []
         if server_log is not None and server_log.exists():
-            uploads.append((server_log, "text/plain"))
+            # masked (in place, when the log is in files_dir): servers print their arguments (SGLang its
+            # api_key) at startup
+            path = files_dir / server_log.name
+            path.write_text(mask(server_log.read_text(errors="replace")))
+            uploads.append((path, "text/plain"))
         if launch is not None:
             name, text = launch
             path = files_dir / f"{prefix}.{name}"
-            path.write_text(text)
+            path.write_text(mask(text))
             uploads.append((path, "text/plain"))
         if records:
             path = files_dir / f"{prefix}.records.json"

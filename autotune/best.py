@@ -7,6 +7,7 @@ from typing import Any
 
 import optuna
 
+from autotune.redact import mask_mapping
 from autotune import results
 from autotune.errors import TrialFailure, UserError
 from autotune.record import TrialRecord
@@ -21,17 +22,37 @@ def best_record(study: optuna.Study) -> TrialRecord:
     return TrialRecord.of(t)
 
 
-def document(rec: TrialRecord) -> dict[str, Any]:
-    """DESIGN.md's `best --json` shape."""
+def document(rec: TrialRecord, study: optuna.Study) -> dict[str, Any]:
+    """DESIGN.md's `best --json` shape, and the config's estimate pooled over its launches."""
+    found = _estimate(rec, study)
+    estimate = None if found is None else {"value": found.value, "low": found.low, "high": found.high,
+                                           "launches": found.launches, "trials": list(found.trials)}
     return {"number": rec.number, "params": rec.params,
             "value": rec.values[0] if rec.values and len(rec.values) == 1 else None, "values": rec.values,
-            "metrics": rec.metrics, "command": rec.command}
+            "metrics": rec.metrics, "command": rec.command, "estimate": estimate}
+
+
+def _estimate(rec: TrialRecord, study: optuna.Study) -> results.Estimate | None:
+    key = rec.config_key if rec.reused_from is None else TrialRecord.of(
+        study.get_trials(deepcopy=False)[rec.reused_from]).config_key
+    return results.estimates(study).get(key) if key else None
+
+
+def estimate_text(rec: TrialRecord, study: optuna.Study) -> str:
+    """'value 1.234 [1.21, 1.26] over 2 launches (trials 5, 14)': the config's pooled estimate."""
+    found = _estimate(rec, study)
+    if found is None:
+        return "no estimate"
+    trials = ", ".join(map(str, found.trials))
+    return (f"value {found.value:.4g} [{found.low:.4g}, {found.high:.4g}] over {found.launches} launch"
+            f"{'es' if found.launches > 1 else ''} (trial{'s' if found.launches > 1 else ''} {trials})")
 
 
 def server_env(rec: TrialRecord, spec: StudySpec) -> dict[str, str]:
-    """The environment the trial's server ran with: its target's env, then the engine's."""
+    """The environment the trial's server ran with: its target's env, then the engine's; secrets masked (give them
+    to the unit or the shell yourself)."""
     target = spec.targets.get(rec.target or "") or spec.target(None)
-    return {**target.env, **spec.engine.env}
+    return mask_mapping({**target.env, **spec.engine.env})
 
 
 def _command(rec: TrialRecord) -> list[str]:
@@ -63,3 +84,34 @@ def unit(rec: TrialRecord, spec: StudySpec) -> str:
                               f"{spec.engine.kind} server (autotune study {spec.name}, trial {rec.number})", header)
     except TrialFailure as e:
         raise UserError(e.detail) from None
+
+
+# -- the best config for each load ------------------------------------------------------------------------------
+
+def per_concurrency(study: optuna.Study) -> list[dict[str, Any]]:
+    """`best --per-concurrency --json`: for every measured concurrency level, the best feasible config there."""
+    trials = study.get_trials(deepcopy=False)
+    out = []
+    for row in results.per_concurrency(study):
+        rec = TrialRecord.of(trials[row.best.trials[0]])
+        out.append({"concurrency": row.concurrency, "trial": rec.number, "params": rec.params,
+                    "output_tok_s": row.best.value, "low": row.best.low, "high": row.best.high,
+                    "gain": row.gain, "launches": row.best.launches, "trials": list(row.best.trials),
+                    "confirmed": row.confirmed})
+    return out
+
+
+def per_concurrency_table(study: optuna.Study) -> list[str]:
+    """The same as a table a person reads (also in the report's summary)."""
+    rows = per_concurrency(study)
+    if not rows:
+        raise UserError(f"study {study.study_name!r} has no feasible measured trial yet")
+    lines = [f"{'load':>5}  {'trial':>5}  {'output tok/s':>12}  {'95% interval':>17}  {'vs baseline':>11}  "
+             f"{'':<16}  config"]
+    for r in rows:
+        gain = f"{r['gain'] - 1:+.1%}" if r["gain"] else "-"
+        sure = f"confirmed ({r['launches']})" if r["confirmed"] else "measured once"
+        config = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "the fixed args"
+        lines.append(f"{'c' + str(r['concurrency']):>5}  {r['trial']:>5}  {r['output_tok_s']:>12.1f}  "
+                     f"{r['low']:>8.1f}-{r['high']:<8.1f}  {gain:>11}  {sure:<16}  {config}")
+    return lines

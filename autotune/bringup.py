@@ -14,6 +14,7 @@ from pathlib import Path
 
 import httpx
 
+from autotune.redact import unmask_argv
 from autotune.engines import ArgValue, Engine, ServerInfo
 from autotune.errors import TrialFailure
 from autotune.health import Ready, wait_ready
@@ -84,7 +85,8 @@ def deploy_trial(plan: Plan, target: Target, rec: TrialRecord, log_path: Path) -
     """Deploy a measured trial's command again and check it is healthy and runs its tuned flags."""
     config = rec.config or {}
     expect = {n: config[n] for n in plan.space.names if n in config}
-    return bring_up(lambda: target.deploy(list(rec.command or []), plan.spec.engine.env, log_path), plan.engine,
+    argv = unmask_argv(list(rec.command or []), plan.spec.engine.args)  # the record holds no secrets
+    return bring_up(lambda: target.deploy(argv, plan.spec.engine.env, log_path), plan.engine,
                     plan.spec.health, plan.headers, expect)
 
 

@@ -1,7 +1,8 @@
-"""The study's trial budget, shared by every worker of the study.
+"""The study's budget of launches (servers started), shared by every worker of the study.
 
-A trial is admitted only while finished (counted) + running trials < budget, and the check and the creation of the
-trial happen under a lock every worker of the study takes, so several workers meet the budget exactly. The lock
+A trial is admitted only while launches + running trials < budget, and the check and the creation of the trial happen
+under a lock every worker of the study takes, so several workers meet the budget exactly (a running trial that turns
+out to reuse a measurement gives its place back when it ends). The lock
 dies with its holder: a PostgreSQL advisory lock on its own connection, or an flock beside a SQLite database.
 """
 from __future__ import annotations
@@ -57,8 +58,8 @@ class AdmissionLock:
 
 
 def standing(study: optuna.Study) -> tuple[int, int]:
-    """(finished trials that count, trials running now) in the study, all workers together."""
+    """(launches so far, trials running now) in the study, all workers together."""
     trials = study.get_trials(deepcopy=False)
     again = results.retried(trials)
     running = sum(1 for t in trials if t.state == TrialState.RUNNING and t.number not in again)
-    return len(results.counted(trials)), running
+    return len(results.launches(trials)), running

@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import json
+import math
+import os
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -18,9 +20,40 @@ if TYPE_CHECKING:
 
 STUDY = click.option("--study", "study_name", required=True, metavar="NAME",
                      help="A study name under ./studies, or a path to a study .toml file.")
-STORAGE = click.option("--storage", default=None, metavar="URL", help="Override the study file's storage URL.")
+def _storage(ctx: click.Context, param: click.Parameter, value: str | None) -> str | None:
+    """--storage gets the study file's storage checks (a relative SQLite path is relative to here)."""
+    if value is None:
+        return None
+    from autotune.redact import remember_url_password
+    from autotune.study import resolve_storage
+
+    remember_url_password(value)
+    try:
+        return resolve_storage(value, Path.cwd())
+    except ValueError as e:
+        raise click.BadParameter(str(e), ctx, param) from None
+
+
+STORAGE = click.option("--storage", default=None, metavar="URL", callback=_storage,
+                       help="Override the study file's storage URL.")
 TARGET = click.option("--target", "target_name", default=None, metavar="NAME",
                       help="Which [targets.NAME] of the study to use (when it has several).")
+class Seconds(click.ParamType):
+    """A finite number of seconds, at least 0 (click's FloatRange lets nan and inf through)."""
+
+    name = "seconds"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> float:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            self.fail(f"{value!r} is not a number of seconds", param, ctx)
+        if not math.isfinite(seconds) or seconds < 0:
+            self.fail(f"{value!r} is not a finite number of seconds, at least 0", param, ctx)
+        return seconds
+
+
+SECONDS = Seconds()
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
 
 
@@ -53,16 +86,19 @@ def cli() -> None:
 
 @cli.command()
 @STUDY
-@click.option("--trials", type=click.IntRange(min=1), default=None, help="Total budget, counted across restarts.")
-@click.option("--timeout", type=click.FloatRange(min=0), default=None, metavar="SECONDS",
+@click.option("--launches", "--trials", "trials", type=click.IntRange(min=1), default=None,
+              help="Budget: servers started, counted across restarts (a reused or rejected config costs none).")
+@click.option("--timeout", type=SECONDS, default=None, metavar="SECONDS",
               help="Start no trial after this many seconds.")
 @click.option("--until", default=None, metavar="HH:MM", help="Start no trial after this local time.")
 @STORAGE
 @TARGET
 @click.option("--all-targets", is_flag=True, help="Start one worker per [targets.NAME] of the study.")
 @click.option("--no-restore", is_flag=True, help="Leave the target as the last trial left it.")
+@click.option("--warm-start", "warm_start", default=None, metavar="OLD",
+              help="A new study measures the best configs of study OLD (a name or file) first; no values are copied.")
 def run(study_name: str, trials: int | None, timeout: float | None, until: str | None, storage: str | None,
-        target_name: str | None, all_targets: bool, no_restore: bool) -> None:
+        target_name: str | None, all_targets: bool, no_restore: bool, warm_start: str | None) -> None:
     """Create or resume the study and tune until its budget or deadline."""
     from autotune.plan import make_plan
     from autotune.study import load_study
@@ -70,7 +106,7 @@ def run(study_name: str, trials: int | None, timeout: float | None, until: str |
     from autotune.workers import run_all_targets
 
     options = RunOptions(trials=trials, timeout=timeout, until=until, storage=storage, target=target_name,
-                         restore=not no_restore)
+                         restore=not no_restore, warm_start=warm_start)
     spec = load_study(study_name)
     if not all_targets:
         Tuner(make_plan(spec, target_name, trials), options).run()
@@ -94,7 +130,7 @@ def validate(study_name: str) -> None:
     plan = plans[0]
     click.echo(f"{spec.path}: ok: {len(spec.space)} parameters, "
                f"{'at least ' if plan.at_least else ''}{plan.valid_configs} distinct valid configs, "
-               f"{spec.trials} trials, sampler {spec.sampler}, objective {spec.objective}, "
+               f"a budget of {spec.trials} launches, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
                f"{len(plan.prompts)} prompts")
     for params in plan.starting_points:
@@ -106,18 +142,26 @@ def validate(study_name: str) -> None:
 @STORAGE
 @JSON
 def status(study_name: str, storage: str | None, as_json: bool) -> None:
-    """Every trial: number, state, params, metrics, failure reason."""
-    from autotune import record
+    """Every trial: number, state, whether it launched a server, params, metrics, failure reason."""
+    from autotune import record, results
 
     spec, study = _study(study_name, storage)
-    recs = record.records(study.get_trials(deepcopy=False))
+    trials = study.get_trials(deepcopy=False)
+    recs = record.records(trials)
+    launches = len(results.launches(trials))
     if as_json:
-        _print_json({"study": spec.name, "trials": [r.as_row() for r in recs]})
+        _print_json({"study": spec.name, "budget": spec.trials, "launches": launches,
+                     "trials": [r.as_row() for r in recs]})
         return
     for r in recs:
         params = " ".join(f"{k}={v}" for k, v in r.params.items()) or "(fixed args)"
-        tail = ", ".join(x for x in (r.figures_text(), r.reason or "", f"target {r.target}" if r.target else "") if x)
-        click.echo(f"{r.number:>4} {r.state.name:<8} {r.values_text():>10}  {params}  {tail}")
+        how = (f"reuses trial {r.reused_from}" if r.reused_from is not None else
+               f"{r.role}, from {r.origin}" if r.origin else r.role or "")
+        tail = ", ".join(x for x in (r.figures_text(), r.reason or "", how, f"target {r.target}" if r.target else "")
+                         if x)
+        click.echo(f"{r.number:>4} {r.state.name:<8} {'launch' if r.launched else '-':<6} {r.values_text():>10}  "
+                   f"{params}  {tail}")
+    click.echo(f"{launches} of {spec.trials} launches in {len(recs)} trials")
 
 
 @cli.command()
@@ -127,14 +171,24 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
               help="args: the shell-quoted server command line; unit: a systemd service unit running it; "
                    "json: one JSON document (same as --json).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
-def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool) -> None:
+@click.option("--per-concurrency", is_flag=True,
+              help="The best config at each measured concurrency level (from the trials already run).")
+def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, per_concurrency: bool) -> None:
     """The best feasible trial: params, metrics and the full server command line."""
     from autotune import best as forms
 
     spec, study = _study(study_name, storage)
+    if per_concurrency:
+        if fmt not in (None, "json"):
+            raise click.UsageError("--per-concurrency prints a table or --json, not --format " + fmt)
+        if as_json or fmt == "json":
+            _print_json(forms.per_concurrency(study))
+        else:
+            click.echo("\n".join(forms.per_concurrency_table(study)))
+        return
     rec = forms.best_record(study)
     if as_json or fmt == "json":
-        _print_json(forms.document(rec))
+        _print_json(forms.document(rec, study))
     elif fmt == "args":
         click.echo(forms.args_line(rec, spec))
     elif fmt == "unit":
@@ -142,7 +196,7 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool) -
     else:
         import shlex
 
-        click.echo(f"trial {rec.number}: value {rec.values_text()}")
+        click.echo(f"trial {rec.number}: {forms.estimate_text(rec, study)}")
         for k, v in rec.params.items():
             click.echo(f"  {k} = {v}")
         click.echo(shlex.join(rec.command or []))
@@ -164,6 +218,32 @@ def report_cmd(study_name: str, storage: str | None, out_dir: Path) -> None:
     click.echo(f"{out_dir / 'summary.md'}")
     for p in result.plots:
         click.echo(f"{p.path}" if p.path else f"skipped {p.name}: {p.note}")
+
+
+@cli.command()
+@STUDY
+@STORAGE
+@TARGET
+@JSON
+def check(study_name: str, storage: str | None, target_name: str | None, as_json: bool) -> None:
+    """Measure the server as deployed now against the study's record of its config. Exit 0: within the recorded
+    interval (or faster); 1: slower beyond it; 2: the server runs a config the study does not know."""
+    from autotune import commands
+
+    plan = _plan(study_name, target_name)
+    result = commands.check(plan, storage or plan.spec.storage)
+    if as_json:
+        _print_json(result)
+    else:
+        click.echo(f"{result['url']} runs the config of trial {result['trial']}: "
+                   + ", ".join(f"{k}={v}" for k, v in result["server"].items()))
+        for lv in result["levels"]:
+            click.echo(f"  c{lv['concurrency']}: {lv['now']:.1f} tok/s now, recorded {lv['recorded']:.1f} "
+                       f"[{lv['low']:.1f}, {lv['high']:.1f}] (trials {', '.join(map(str, lv['trials']))}): "
+                       f"{lv['verdict']}")
+        click.echo("slower than recorded" if result["status"] == "slower" else "as recorded")
+    if result["status"] == "slower":
+        sys.exit(1)
 
 
 @cli.command()
@@ -272,13 +352,18 @@ def sim_surface(profile: str | None, study_name: str | None, concurrency: int, s
 
 
 def main() -> None:
+    os.umask(0o077)  # the study's database, logs, artifacts and backups are the user's alone
     try:
         cli(standalone_mode=False)
     except click.exceptions.Abort:
         click.echo("aborted", err=True)
         sys.exit(130)
     except click.ClickException as e:
-        e.show()
+        # one line, like every other error: what is wrong and where to read what is allowed
+        where = e.ctx.command_path if isinstance(e, click.UsageError) and e.ctx is not None else "autotune"
+        hint = f" (see {where} --help)" if isinstance(e, click.UsageError) else ""
+        message = " ".join(e.format_message().split())
+        click.echo(f"autotune: error: {message}{hint}", err=True)
         sys.exit(e.exit_code)
     except UserError as e:
         click.echo(f"autotune: error: {e}", err=True)

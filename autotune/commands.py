@@ -1,5 +1,6 @@
 """One-off commands on a study's target, beside the tuner: `autotune apply` (deploy a measured config),
-`autotune restore` (put back what ran before tuning) and `autotune bench` (measure what runs now)."""
+`autotune restore` (put back what ran before tuning), `autotune bench` (measure what runs now) and `autotune check`
+(measure what runs now against what the study recorded for that config)."""
 from __future__ import annotations
 
 from collections.abc import Callable
@@ -65,6 +66,48 @@ def bench(plan: Plan) -> dict[str, Any]:
                 "metrics": metrics_of(m, info), "levels": [m.summary(c) for c in m.concurrencies]}
     finally:
         target.close()
+
+
+def check(plan: Plan, storage: str) -> dict[str, Any]:
+    """Measure the server as deployed now and compare each level with the study's record of the config it runs
+    (found by the tuned flags /server_info reports). "status": "ok" (every level within or above the recorded 95%
+    interval) or "slower" (a level whose new figure, even at the top of its own interval, is below the recorded
+    interval). A config the study never measured is a UserError."""
+    study = load_existing_study(plan.spec.name, storage)
+    now = bench(plan)
+    running = now["server"]
+    trials = study.get_trials(deepcopy=False)
+    same = [t for t in trials if _runs(TrialRecord.of(t), running) and TrialRecord.of(t).feasible]
+    if not same:
+        shown = ", ".join(f"{k}={v}" for k, v in running.items())
+        raise UserError(f"the server at {now['url']} runs a config study {plan.spec.name!r} has not measured "
+                        f"({shown}): nothing to compare with")
+    key = TrialRecord.of(same[0]).config_key or ""
+    levels = []
+    for lv in now["levels"]:
+        c, figure = lv["concurrency"], lv["output_tok_s"] or 0.0
+        recorded = results.level_estimates(study, c).get(key)
+        if recorded is None:
+            continue
+        top = figure * (1 + (lv.get("output_tok_s_rel_ci") or 0.0))
+        verdict = "slower" if top < recorded.low else ("faster" if figure > recorded.high else "ok")
+        levels.append({"concurrency": c, "now": figure, "recorded": recorded.value, "low": recorded.low,
+                       "high": recorded.high, "trials": list(recorded.trials), "verdict": verdict})
+    status = "slower" if any(lv["verdict"] == "slower" for lv in levels) else "ok"
+    return {"status": status, "url": now["url"], "server": running, "trial": same[0].number, "levels": levels}
+
+
+def _runs(rec: TrialRecord, running: dict[str, Any]) -> bool:
+    """Whether the trial measured the tuned flags the server reports (numbers compared as numbers)."""
+    if rec.reused_from is not None or not rec.params:
+        return False
+
+    def same(a: Any, b: Any) -> bool:
+        try:
+            return float(a) == float(b)
+        except (TypeError, ValueError):
+            return str(a) == str(b)
+    return all(same(rec.params.get(n), v) for n, v in running.items())
 
 
 def _on_target(plan: Plan, action: Callable[[Target], T], failed: str) -> T:

@@ -39,8 +39,9 @@ from autotune.score import (
     metrics_of,
     objective_values,
     reference_of,
+    RELATIVE,
+    objective_bound,
     relative_precision,
-    stage_value,
     violated,
 )
 from autotune.space import Candidate
@@ -93,6 +94,7 @@ class Objective:
         self.timings: dict[str, float] = {}
         self._since = time.monotonic()
         self._bench: Bench | None = None
+        self._max_running: int | None = None
         #: called once the trial exists in storage and names its target (the tuner releases the admission lock)
         self.on_start: Callable[[], None] = lambda: None
 
@@ -113,7 +115,7 @@ class Objective:
         # the tuned flags as the server runs them (the sampler's own parameters may be fill fractions)
         record.candidate(trial, candidate.tuned(self.space.names), candidate.args, candidate.key)
 
-        if not baseline:
+        if not baseline and not record.is_confirmation(trial):
             try:
                 self._wait_for_twin(trial, candidate.key)
             except TrialFailure as failure:
@@ -168,6 +170,7 @@ class Objective:
         log.info("trial %d ready in %.1f s", trial.number, running.ready.seconds)
         assert running.info is not None
         info = self._capacity(trial, running.deployment, candidate, running.info)
+        self._max_running = info.max_running_requests
         if spec.constraints.min_running_requests is not None and info.max_running_requests is not None \
                 and info.max_running_requests < spec.constraints.min_running_requests:
             raise TrialFailure("constraints", f"max_running_requests {info.max_running_requests} < "
@@ -183,14 +186,14 @@ class Objective:
         )
         m = bench.run(
             on_level=lambda step, c, m: self._on_level(trial, step, c, m, reference),
-            precision_of=lambda m: relative_precision(spec.objective, m),
+            precision_of=lambda m: relative_precision(spec.objective, m, spec.workload.mix),
         )
         metrics = metrics_of(m, info)
         if record.is_baseline(trial):
             reference = record.set_reference(trial.study, reference_of(metrics), trial.number)
-        elif reference is None and spec.objective == "weighted":
+        elif reference is None and spec.objective in RELATIVE:
             reference = self._await_reference(trial)
-        values = objective_values(spec.objective, metrics, reference)
+        values = objective_values(spec.objective, metrics, reference, spec.workload.mix)
         constraints = constraint_values(spec.constraints, metrics)
         self._record_measurement(trial, m, metrics, constraints, values)
         bad = violated(constraints)
@@ -217,11 +220,14 @@ class Objective:
     def _on_level(self, trial: optuna.Trial, step: int, concurrency: int, m: Measurement,
                   reference: dict[str, Any] | None) -> None:
         self._phase(trial, "measuring", f"concurrency {concurrency}")
-        if not self.spec.pruning or record.is_baseline(trial):
+        if not self.spec.pruning or record.is_baseline(trial) or record.is_confirmation(trial):
             return
-        if reference is None and self.spec.objective in ("weighted", "concurrent"):
-            return  # stage values are relative to the baseline, which another worker is still measuring
-        value = stage_value(self.spec.objective, concurrency, m, reference)
+        if reference is None and self.spec.objective in RELATIVE:
+            return  # values are relative to the baseline, which another worker is still measuring
+        if concurrency == max(self.spec.levels):
+            return  # measured to the end: the trial completes with its value, whatever it is
+        value = objective_bound(self.spec.objective, self.spec.levels, concurrency, m, reference,
+                                self._max_running, self.spec.workload.mix)
         if value is None:
             return
         trial.report(value, step)

@@ -44,6 +44,8 @@ class Plan:
 def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = None) -> Plan:
     """Check everything that can be checked offline for ``target`` (--target; may be left out when the study has
     one target) and a budget of ``trials`` (default: the study file's); raises ``UserError``."""
+    if spec.missing:
+        raise UserError(f"{spec.path}: {spec.missing[0]}")
     engine = get_engine(spec.engine.kind)
     target_spec = spec.target(target)
     port = spec.engine.args.get(engine.port_flag)

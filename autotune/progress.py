@@ -1,11 +1,11 @@
 """A live status line under the log lines while `autotune run` works on a terminal:
 
-    trial 5/24 (#7) | waiting 12 s | best 1.444 (trial 9) | ETA 3 min 10 s
+    launch 5/24 (trial #7) | waiting 12 s | best 1.444 (trial 9) | ETA 3 min 10 s
 
-(trial n of the budget, what the current trial is doing, the best so far, the time left from the median trial
-time). Every log line written to the terminal first clears the status line, then the line is drawn again below it,
-so the two never mix; the line is cleared when the run ends. When stdout is not a terminal (journald, a pipe, a
-file) nothing is drawn: the log lines are the whole output.
+(launch n of the budget and the trial it is, what the current trial is doing, the best so far, the time left from
+the median launch). Every log line written to the terminal first clears the status line, then the line is drawn
+again below it, so the two never mix; the line is cleared when the run ends. When stdout is not a terminal
+(journald, a pipe, a file) nothing is drawn: the log lines are the whole output.
 """
 from __future__ import annotations
 
@@ -80,9 +80,9 @@ class Progress:
         self.levels = sorted(concurrency)
         self.lock = threading.RLock()
         self.clock = clock
-        self.done = 0                       # trials counted against the budget
+        self.done = 0                       # launches (servers started) counted against the budget
         self.best: tuple[float, int] | None = None
-        self.median: float | None = None    # seconds per counted trial
+        self.median: float | None = None    # seconds per launch
         self.phase = Phase()
         self.phase_since = clock()
         self.trial_since = clock()
@@ -102,7 +102,7 @@ class Progress:
         if not self.enabled:
             return
         trials = study.get_trials(deepcopy=False)
-        counted = results.counted(trials)
+        counted = results.launches(trials)
         times = [t.duration.total_seconds() for t in counted if t.duration is not None]
         best = results.best(study)
         with self.lock:
@@ -129,8 +129,8 @@ class Progress:
         now = self.clock()
         parts = []
         n = min(self.done + 1, self.budget) if self.budget else self.done + 1
-        number = f" (#{self.phase.trial})" if self.phase.trial is not None else ""
-        parts.append(f"trial {n}/{self.budget}{number}" if self.budget else f"trial {n}{number}")
+        number = f" (trial #{self.phase.trial})" if self.phase.trial is not None else ""
+        parts.append(f"launch {n}/{self.budget}{number}" if self.budget else f"launch {n}{number}")
         parts.append(self._phase_text(now))
         parts.append(f"best {self.best[0]:.4g} (trial {self.best[1]})" if self.best else "best: none yet")
         parts.append(self._eta_text(now))

@@ -6,13 +6,16 @@ This is the only module that reads or writes user attrs. The objective writes a 
 with ``values_text`` and ``TrialRecord.figures_text``.
 
 Keys (user attrs of a trial):
-    baseline, starting_point   why the config was queued (ROLES); a retry keeps them
+    baseline, starting_point,  why the config was queued (ROLES); a retry keeps them
+    warm_start, neighbour,
+    confirmation
+    origin                     a warm start's source ("study OLD, trial N")
     retry_of                   the trial this one repeats (cut short for the infrastructure's sake)
     target, worker             where and by whom it ran
     params                     the tuned flags as the server ran them (a dependent flag's value, not its fill)
     config, config_key         every server flag after the engine's rules, and its canonical key
     applied_key                the key of what /server_info reported
-    command, log               the server's argv and the local log file of that start
+    command, log               the server's argv (secrets masked) and the local log file of that start
     ready_s, timings           seconds until ready; seconds per phase
     capacity                   max_running_requests and KV tokens the server reported (and its log stated)
     metrics, levels, value_ci  the measurement's flat figures, per-level summaries, the objective's 95% interval
@@ -29,10 +32,12 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune.redact import mask, mask_argv, mask_mapping
 from autotune.engines import ArgValue
 
-#: user attrs that say why a config was queued rather than suggested (a retry keeps them)
-ROLES = ("baseline", "starting_point")
+#: user attrs that say why a config was queued rather than suggested (a retry keeps them): the baseline, the
+#: engine's starting points, neighbours of the leader, confirmations of the leader and its close rivals
+ROLES = ("baseline", "starting_point", "warm_start", "neighbour", "confirmation")
 #: what a trial that reuses another's measurement copies from it
 _CARRIED = ("metrics", "levels", "capacity", "value_ci", "reason", "detail", "stage", "applied_key", "ready_s",
             "command")
@@ -56,6 +61,7 @@ class TrialRecord:
     constraints: dict[str, float]
     roles: tuple[str, ...] = ()
     retry_of: int | None = None
+    origin: str | None = None                 # a warm start's source: "study OLD, trial N"
     target: str | None = None
     worker: str | None = None
     config: dict[str, ArgValue] | None = None
@@ -84,6 +90,7 @@ class TrialRecord:
             number=t.number, state=t.state, values=list(t.values) if t.values is not None else None,
             params=dict(a.get("params") or t.params), constraints=dict(t.constraints),
             roles=tuple(r for r in ROLES if a.get(r)), retry_of=_int(a.get("retry_of")), target=a.get("target"),
+            origin=a.get("origin"),
             worker=a.get("worker"), config=a.get("config"), config_key=a.get("config_key"),
             applied_key=a.get("applied_key"), command=a.get("command"), log=a.get("log"), ready_s=a.get("ready_s"),
             timings=dict(a.get("timings") or {}), capacity=a.get("capacity"), metrics=dict(a.get("metrics") or {}),
@@ -124,6 +131,10 @@ class TrialRecord:
         return "constraints"
 
     @property
+    def confirmation(self) -> bool:
+        return "confirmation" in self.roles
+
+    @property
     def launched(self) -> bool:
         """Whether the trial started a server (a reused or rejected config did not)."""
         return self.command is not None and self.reused_from is None
@@ -154,11 +165,14 @@ class TrialRecord:
             "stage": self.stage,
             "baseline": self.baseline,
             "starting_point": self.starting_point,
+            "role": self.role,
+            "launched": self.launched,
             "config": self.config,
             "target": self.target,
             "worker": self.worker,
             "reused_from": self.reused_from,
             "retry_of": self.retry_of,
+            "origin": self.origin,
             "value_ci": self.value_ci,
             "duration_s": self.duration_s,
             "started": self.started,
@@ -199,6 +213,11 @@ def is_baseline(trial: AnyTrial) -> bool:
     return bool(trial.user_attrs.get("baseline"))
 
 
+def is_confirmation(trial: AnyTrial) -> bool:
+    """A launch that measures an already measured config again on purpose (never a reuse)."""
+    return bool(trial.user_attrs.get("confirmation"))
+
+
 def retry_of(trial: AnyTrial) -> int | None:
     return _int(trial.user_attrs.get("retry_of"))
 
@@ -230,12 +249,13 @@ def candidate(trial: optuna.Trial, params: Mapping[str, ArgValue], config: Mappi
     """The tuned flags as the server will run them (and, once known, the whole effective config and its key)."""
     trial.set_user_attr("params", dict(params))
     if config is not None:
-        trial.set_user_attr("config", dict(config))
+        trial.set_user_attr("config", mask_mapping(config))
         trial.set_user_attr("config_key", key)
 
 
 def launched(trial: optuna.Trial, command: list[str], log: str) -> None:
-    trial.set_user_attr("command", list(command))
+    """The server command as started, its secrets masked (``apply`` puts them back from the study file)."""
+    trial.set_user_attr("command", mask_argv(command))
     trial.set_user_attr("log", log)
 
 
@@ -285,10 +305,14 @@ def reused(trial: optuna.Trial, prior: FrozenTrial) -> None:
 
 # -- queueing configs -------------------------------------------------------------------------------------------
 
-def enqueue(study: optuna.Study, params: Mapping[str, ArgValue], role: str) -> None:
-    """Queue ``params`` as a trial of ``role`` (one of ROLES)."""
+def enqueue(study: optuna.Study, params: Mapping[str, ArgValue], role: str, origin: str | None = None) -> None:
+    """Queue ``params`` as a trial of ``role`` (one of ROLES); ``origin`` says where a warm start's config came from
+    ("study OLD, trial N")."""
     assert role in ROLES
-    study.enqueue_trial(dict(params), user_attrs={role: True})
+    attrs: dict[str, Any] = {role: True}
+    if origin is not None:
+        attrs["origin"] = origin
+    study.enqueue_trial(dict(params), user_attrs=attrs)
 
 
 def requeue(study: optuna.Study, trial: FrozenTrial) -> None:
@@ -297,9 +321,14 @@ def requeue(study: optuna.Study, trial: FrozenTrial) -> None:
     point). A trial cut short before it asked for every parameter gets the missing ones from the sampler as usual."""
     attrs: dict[str, Any] = {"retry_of": trial.number}
     attrs.update({k: True for k in ROLES if trial.user_attrs.get(k)})
+    if "origin" in trial.user_attrs:
+        attrs["origin"] = trial.user_attrs["origin"]
+    # the attempt's outcome stays behind: its failure, and its constraint values (Optuna keeps the first value a
+    # trial sets, so a copied one would stand for the retry's own)
+    kept = {k: v for k, v in trial.system_attrs.items() if k != "fail_reason" and not k.startswith("constraints:")}
     study.add_trial(optuna.trial.create_trial(
         state=TrialState.WAITING, params=trial.params, distributions=trial.distributions, user_attrs=attrs,
-        system_attrs={k: v for k, v in trial.system_attrs.items() if k != "fail_reason"}))
+        system_attrs=kept))
 
 
 def has_baseline(study: optuna.Study) -> bool:
@@ -312,7 +341,7 @@ def has_baseline(study: optuna.Study) -> bool:
 def describe_study(study: optuna.Study, objective: str, study_file: str, study_path: str) -> None:
     """What a new study records about itself: its objective and the study file it was created from."""
     study.set_user_attr("objective", objective)
-    study.set_user_attr("study_file", study_file)
+    study.set_user_attr("study_file", mask(study_file))  # the dashboard shows it
     study.set_user_attr("study_path", study_path)
 
 

@@ -1,7 +1,9 @@
-"""Reading a study back: which trials count against the budget, which is the baseline, which is the best."""
+"""Reading a study back: which trials count against the budget (launches), which is the baseline, and what each
+measured config is worth, pooled over every launch of it: the best is the config with the best pooled estimate."""
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import optuna
 from optuna.trial import FrozenTrial, TrialState
@@ -10,6 +12,9 @@ from autotune import record
 from autotune.record import TrialRecord
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
+#: a measurement without an interval of its own counts as this precise (relative half-width of its 95% interval)
+UNKNOWN_PRECISION = 0.05
+Z95 = 1.96
 
 
 def retried(trials: list[FrozenTrial]) -> set[int]:
@@ -17,10 +22,27 @@ def retried(trials: list[FrozenTrial]) -> set[int]:
     return {n for n in (record.retry_of(t) for t in trials) if n is not None}
 
 
-def counted(trials: list[FrozenTrial]) -> list[FrozenTrial]:
-    """The trials that use up the budget: finished ones, except those that were retried."""
+def launches(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """The trials that use up the budget: finished ones that started a server (a reused or rejected config did not),
+    except those that were retried."""
+    again = retried(trials)
+    return [t for t in trials if t.state in FINISHED and t.number not in again and TrialRecord.of(t).launched]
+
+
+def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
+    """Every finished trial that was not retried: launches, reused measurements and rejected configs."""
     again = retried(trials)
     return [t for t in trials if t.state in FINISHED and t.number not in again]
+
+
+def since_launch(trials: list[FrozenTrial]) -> int:
+    """Finished trials after the last launch: how long the sampler has proposed only measured or invalid configs."""
+    count = 0
+    for t in sorted(finished(trials), key=lambda t: t.number, reverse=True):
+        if TrialRecord.of(t).launched:
+            break
+        count += 1
+    return count
 
 
 def feasible(t: FrozenTrial) -> bool:
@@ -43,9 +65,109 @@ def score(t: FrozenTrial, study: optuna.Study) -> float:
     return math.sqrt(max(t.values[0], 0.0) / s0 * max(t.values[1], 0.0) / c0)
 
 
+@dataclass(frozen=True)
+class Estimate:
+    """What one config is worth, pooled over every launch that measured it (inverse-variance weighted)."""
+
+    key: str                        # the config key
+    value: float
+    low: float                      # its 95% interval
+    high: float
+    trials: tuple[int, ...]         # the trials that measured it, first to last
+
+    @property
+    def launches(self) -> int:
+        return len(self.trials)
+
+    def overlaps(self, other: Estimate) -> bool:
+        return self.high >= other.low and other.high >= self.low
+
+
+def estimates(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> dict[str, Estimate]:
+    """Every feasible measured config's pooled estimate (of the objective; of the gain over the baseline on both
+    axes for pareto studies), by config key; over ``trials`` (default: the whole study)."""
+    grouped: dict[str, list[tuple[int, float, float]]] = {}
+    for t in study.get_trials(deepcopy=False) if trials is None else trials:
+        rec = TrialRecord.of(t)
+        if not rec.feasible or rec.reused_from is not None or rec.config_key is None:
+            continue
+        value = score(t, study)
+        precision = UNKNOWN_PRECISION
+        if rec.value_ci and len(t.values) == 1 and value:
+            precision = max(abs(rec.value_ci[1] - rec.value_ci[0]) / 2 / abs(value), 1e-6)
+        grouped.setdefault(rec.config_key, []).append((t.number, value, abs(value) * precision / Z95))
+    return {key: _pool(key, runs) for key, runs in grouped.items()}
+
+
+def _pool(key: str, runs: list[tuple[int, float, float]]) -> Estimate:
+    """One estimate from several launches' (trial, value, standard error), inverse-variance weighted."""
+    weights = [1 / se ** 2 if se > 0 else 1e12 for _, _, se in runs]
+    value = sum(w * v for w, (_, v, _) in zip(weights, runs, strict=True)) / sum(weights)
+    half = Z95 / math.sqrt(sum(weights))
+    return Estimate(key, value, value - half, value + half, tuple(n for n, _, _ in runs))
+
+
+def level_estimates(study: optuna.Study, concurrency: int) -> dict[str, Estimate]:
+    """Every feasible measured config's output tok/s at one concurrency level, pooled over its launches."""
+    grouped: dict[str, list[tuple[int, float, float]]] = {}
+    for t in study.get_trials(deepcopy=False):
+        rec = TrialRecord.of(t)
+        if not rec.feasible or rec.reused_from is not None or rec.config_key is None:
+            continue
+        figure = rec.level(concurrency).get("output_tok_s")
+        if not figure:
+            continue
+        precision = rec.level(concurrency).get("output_tok_s_rel_ci") or UNKNOWN_PRECISION
+        grouped.setdefault(rec.config_key, []).append((t.number, figure, figure * precision / Z95))
+    return {key: _pool(key, runs) for key, runs in grouped.items()}
+
+
+@dataclass(frozen=True)
+class LevelBest:
+    """The best config at one concurrency level, and how sure that is."""
+
+    concurrency: int
+    best: Estimate                  # output tok/s at that level, pooled
+    baseline: Estimate | None       # the baseline's, at that level
+
+    @property
+    def gain(self) -> float | None:
+        return self.best.value / self.baseline.value if self.baseline and self.baseline.value else None
+
+    @property
+    def confirmed(self) -> bool:
+        """Measured by more than one launch (confirmed), not a single measurement."""
+        return self.best.launches > 1
+
+
+def per_concurrency(study: optuna.Study) -> list[LevelBest]:
+    """For every concurrency level the study measured, the feasible config with the best pooled throughput there:
+    the answer for each load, at no extra launch."""
+    trials = study.get_trials(deepcopy=False)
+    levels = sorted({lv["concurrency"] for t in trials for lv in TrialRecord.of(t).levels if "concurrency" in lv})
+    base = baseline(trials)
+    base_key = TrialRecord.of(base).config_key if base is not None else None
+    out = []
+    for c in levels:
+        found = level_estimates(study, c)
+        if found:
+            top = max(found.values(), key=lambda e: (e.value, -e.trials[0]))
+            out.append(LevelBest(c, top, found.get(base_key) if base_key else None))
+    return out
+
+
+def leader(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> Estimate | None:
+    """The config with the best pooled estimate (the first measured among equals)."""
+    found = estimates(study, trials)
+    return max(found.values(), key=lambda e: (e.value, -e.trials[0]), default=None)
+
+
 def best(study: optuna.Study) -> FrozenTrial | None:
-    """The best feasible trial (the earliest among equals, so a reused result never displaces its original)."""
-    candidates = [t for t in study.get_trials(deepcopy=False) if feasible(t)]
-    if not candidates:
-        return None
-    return max(candidates, key=lambda t: (score(t, study), -t.number))
+    """The first trial that measured the best config (its command and figures stand for the config); see ``leader``
+    for the config's pooled estimate. A study whose trials carry no config key (written by hand) ranks trials."""
+    top = leader(study)
+    trials = study.get_trials(deepcopy=False)
+    if top is not None:
+        return trials[top.trials[0]]
+    candidates = [t for t in trials if feasible(t)]
+    return max(candidates, key=lambda t: (score(t, study), -t.number), default=None)

@@ -1,6 +1,6 @@
 """Queueing a config again when its trial was cut short for a reason that is not the config's fault (a stop
 request, a dead tuner, a lost connection). The new trial carries ``retry_of``; the cut-short one then no longer
-counts towards the budget (results.counted)."""
+counts towards the budget (results.launches)."""
 from __future__ import annotations
 
 import logging

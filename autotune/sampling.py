@@ -5,12 +5,13 @@ import optuna
 
 from autotune.engines import ArgValue
 from autotune.errors import UserError
+from autotune.pruning import BoundPruner
 from autotune.space import Space
 from autotune.study import StudySpec
 
 #: configs measured before the model-based samplers take over (when the study does not say): the baseline, the
 #: engine's starting points, then random ones
-DEFAULT_STARTUP_TRIALS = 8
+DEFAULT_STARTUP_TRIALS = 6
 #: samplers that start with a few configs before their model takes over: the ones an initial design feeds
 MODEL_BASED = ("tpe", "gp")
 
@@ -53,8 +54,7 @@ def check_sampler(spec: StudySpec) -> None:
 
 
 def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
-    """Stop configs that are clearly worse after an early stage: in the bottom quarter of what completed trials
-    reached at the same stage, once a few trials have completed. (Optuna's percentile is the share *kept*.)"""
+    """Stop a config once even its best case cannot beat the best completed trial (pruning.BoundPruner)."""
     if not spec.pruning:
         return optuna.pruners.NopPruner()
-    return optuna.pruners.PercentilePruner(75.0, n_startup_trials=5, n_warmup_steps=0)
+    return BoundPruner(margin=spec.workload.tolerance)

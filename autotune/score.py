@@ -10,6 +10,8 @@ Constraints follow Optuna's convention: a value > 0 is violated. Every trial car
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import math
 from typing import Any
 
@@ -17,11 +19,18 @@ from autotune.bench.measure import Measurement
 from autotune.engines import ServerInfo
 from autotune.study import ConstraintSpec
 
+#: the bound on levels not yet measured allows their figure to come out this much higher than the streams' rate so far
+BOUND_MARGIN = 0.2
+
+#: objectives relative to the baseline's figures (a trial waits for the baseline to be measured)
+RELATIVE = ("weighted", "mix")
+
 METRIC_NAMES = {
     "single": ["single_tok_s"],
     "concurrent": ["concurrent_tok_s"],
     "weighted": ["gain_vs_baseline"],
     "pareto": ["single_tok_s", "concurrent_tok_s"],
+    "mix": ["mix_gain_vs_baseline"],
 }
 
 
@@ -57,7 +66,15 @@ def reference_of(metrics: dict[str, Any]) -> dict[str, Any]:
     }
 
 
-def objective_values(mode: str, metrics: dict[str, Any], reference: dict[str, Any] | None) -> list[float]:
+def objective_values(mode: str, metrics: dict[str, Any], reference: dict[str, Any] | None,
+                     mix: Mapping[int, float] | None = None) -> list[float]:
+    """The objective: a figure (single, concurrent), both (pareto), or a gain over the baseline (weighted: the
+    geometric mean of both; mix: each level's throughput relative to the baseline's, weighted by its share)."""
+    if mode == "mix":
+        levels = metrics["level_output_tok_s"]
+        refs = (reference or {}).get("level_output_tok_s", {})
+        return [sum(share * (levels.get(str(c)) or 0.0) / (refs.get(str(c)) or 1.0)
+                    for c, share in (mix or {}).items())]
     s, c = metrics["single_tok_s"] or 0.0, metrics["concurrent_tok_s"] or 0.0
     if mode == "single":
         return [s]
@@ -69,12 +86,18 @@ def objective_values(mode: str, metrics: dict[str, Any], reference: dict[str, An
     return [math.sqrt(max(s, 0.0) / s0 * max(c, 0.0) / c0)]
 
 
-def relative_precision(mode: str, m: Measurement) -> float | None:
+def relative_precision(mode: str, m: Measurement, mix: Mapping[int, float] | None = None) -> float | None:
     """Relative half-width of the objective's 95% interval from everything measured so far (None: unknown).
 
     Single-stream speed and concurrent throughput are independent measurements; their relative errors combine as
-    for a product: sqrt(a^2 + b^2), halved under the geometric mean of the weighted and pareto modes.
+    for a product: sqrt(a^2 + b^2), halved under the geometric mean of the weighted and pareto modes. A mix is a
+    weighted sum of independent levels: sqrt(sum((share * error)^2)).
     """
+    if mode == "mix":
+        errors = [(share, m.summary(c)["output_tok_s_rel_ci"]) for c, share in (mix or {}).items()]
+        if any(e is None for _, e in errors):
+            return None
+        return math.sqrt(sum((share * e) ** 2 for share, e in errors))  # type: ignore[operator]
     s = m.summary(1)["output_tok_s_rel_ci"]
     c = m.summary(max(m.concurrencies))["output_tok_s_rel_ci"]
     if mode == "single":
@@ -86,22 +109,40 @@ def relative_precision(mode: str, m: Measurement) -> float | None:
     return 0.5 * math.sqrt(s * s + c * c)
 
 
-def stage_value(mode: str, concurrency: int, m: Measurement, reference: dict[str, Any] | None) -> float | None:
-    """The intermediate value reported to the pruner after a level: the objective as far as it is known, with the
-    level just measured standing in for the highest one. None when the stage says nothing about the objective."""
-    single = m.summary(1)["output_tok_s"] or 0.0
-    if mode == "single":
-        return single
+def objective_bound(mode: str, levels: tuple[int, ...], concurrency: int, m: Measurement,
+                    reference: dict[str, Any] | None, max_running: int | None,
+                    mix: Mapping[int, float] | None = None) -> float | None:
+    """The most the final objective can still be, given the levels measured so far (up to ``concurrency``): what the
+    pruner judges, so that a config is never dropped on a part of the objective while the rest could still make it
+    competitive. ``levels``: every level the trial will measure. None when nothing bounds it (pareto).
+
+    The levels still to come are bounded by what a stream can do: a request shares the server with the others, so
+    it runs no faster than one alone (the single stream) or than at any lower concurrency measured, and at most
+    ``max_running`` of the requests in flight run at once (the rest queue). Throughput at level C is therefore at
+    most min(C, mrr) times the per-request rate of the last level measured. A margin of a fifth covers the noise of
+    the figures the bound is built from."""
     if mode == "pareto":
         return None
-    s0, _ = _reference(reference)
-    if concurrency == 1:
-        return single / s0 if mode == "weighted" else None
-    level = m.summary(concurrency)["output_tok_s"] or 0.0
-    ref_level = (reference or {}).get("level_output_tok_s", {}).get(str(concurrency)) or 1.0
+    top = max(levels)
+    if mode == "single":
+        return m.summary(1)["output_tok_s"] if concurrency == 1 else None
+    figures = {c: m.summary(c)["output_tok_s"] or 0.0 for c in m.concurrencies if c <= concurrency}
+    running = max_running or top
+    per_request = figures[concurrency] / min(concurrency, running)
+
+    def bound(c: int) -> float:
+        return figures[c] if c in figures else per_request * min(c, running) * (1 + BOUND_MARGIN)
+    if mode == "mix":
+        refs = (reference or {}).get("level_output_tok_s", {})
+        return sum(share * bound(c) / (refs.get(str(c)) or 1.0) for c, share in (mix or {}).items())
+    concurrent = bound(top)
     if mode == "concurrent":
-        return level / ref_level
-    return math.sqrt(single / s0 * level / ref_level)
+        return concurrent  # the objective is the figure itself, not relative to the baseline
+    s0, c0 = _reference(reference)
+    single = figures.get(1)
+    if single is None:
+        return None
+    return math.sqrt(max(single, 0.0) / s0 * max(concurrent, 0.0) / c0)
 
 
 def constraint_keys(spec: ConstraintSpec) -> list[str]:

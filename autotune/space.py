@@ -16,13 +16,14 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
 import optuna
 
 from autotune.engines import Args, ArgValue, Engine, ValidRange, config_key
 from autotune.errors import InvalidConfig, UserError
+from autotune.redact import mask
 from autotune.study import ParamSpec, StudySpec
 
 #: an impossible space is found by trying configs; beyond this many a space counts as possible
@@ -78,7 +79,7 @@ class Space:
         # the flags it depends on are fixed: its valid range is the same in every trial
         if valid.irrelevant:
             return p.values()[0] if p.type != "float" or p.step else float(p.low)
-        inside = _inside(p, valid)
+        inside = values_inside(p, valid)
         if inside is None:
             return _suggest(trial, p)  # no value is valid: drawn as written, the engine rejects it
         if p.type == "categorical":
@@ -134,8 +135,8 @@ class Space:
 
     def key(self, args: Args) -> str:
         """The config key: every flag but the port, which says where a config runs, not what it is (workers on
-        several targets must recognise each other's configs)."""
-        return config_key({k: v for k, v in args.items() if k != self.engine.port_flag})
+        several targets must recognise each other's configs). Secrets are masked: keys are stored and compared."""
+        return mask(config_key({k: v for k, v in args.items() if k != self.engine.port_flag}))
 
     def grid(self) -> dict[str, list[ArgValue]]:
         """Every value of every parameter, for Optuna's GridSampler."""
@@ -144,7 +145,7 @@ class Space:
     def configs(self) -> Iterator[dict[str, ArgValue]]:
         """Every combination of a discrete space (floats contribute their bounds and midpoint when stepless)."""
         axes = [p.values() if p.type != "float" or p.step else _float_probe(p) for p in self.params]
-        for combo in itertools.product(*axes):
+        for combo in _product(axes):
             yield dict(zip(self.names, combo, strict=True))
 
     def check(self) -> tuple[int, bool]:
@@ -168,6 +169,16 @@ class Space:
         return {p.name: _distribution(p) for p in self.params}
 
 
+def _product(axes: list[Sequence[ArgValue]]) -> Iterator[tuple[ArgValue, ...]]:
+    """itertools.product without listing its inputs first (an int range may hold billions of values)."""
+    if not axes:
+        yield ()
+        return
+    for head in axes[0]:
+        for rest in _product(axes[1:]):
+            yield (head, *rest)
+
+
 def _suggest(trial: optuna.Trial, p: ParamSpec) -> ArgValue:
     if p.type == "categorical":
         return trial.suggest_categorical(p.name, list(p.choices))
@@ -176,7 +187,7 @@ def _suggest(trial: optuna.Trial, p: ParamSpec) -> ArgValue:
     return trial.suggest_float(p.name, float(p.low), float(p.high), step=p.step, log=p.log)
 
 
-def _inside(p: ParamSpec, valid: ValidRange) -> tuple[ArgValue, ...] | tuple[float, float] | None:
+def values_inside(p: ParamSpec, valid: ValidRange) -> Sequence[ArgValue] | tuple[float, float] | None:
     """The values of ``p`` inside ``valid`` in order (a stepless float: its (low, high)); None if there are none."""
     def ok(v: ArgValue) -> bool:
         if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -187,17 +198,22 @@ def _inside(p: ParamSpec, valid: ValidRange) -> tuple[ArgValue, ...] | tuple[flo
         lo = float(p.low) if valid.low is None else max(float(p.low), valid.low)
         hi = float(p.high) if valid.high is None else min(float(p.high), valid.high)
         return (lo, hi) if lo <= hi else None
-    values = tuple(v for v in p.values() if ok(v))
-    return values or None
+    values = p.values()
+    if isinstance(values, range):  # clipped by arithmetic: a range is never listed
+        first = 0 if valid.low is None else max(0, math.ceil((valid.low - values.start) / values.step))
+        last = len(values) if valid.high is None else min(len(values),
+                                                           math.floor((valid.high - values.start) / values.step) + 1)
+        return values[first:last] or None
+    return tuple(v for v in values if ok(v)) or None
 
 
 def _place(p: ParamSpec, valid: ValidRange, fill: float) -> ArgValue:
     """The value at fraction ``fill`` of ``p``'s values inside ``valid``: equal shares of [0, 1] for each value, so a
     uniform fill draws every valid value equally often. Irrelevant (or no valid value): placed in the range as
     written (the engine overrides, or rejects, it)."""
-    inside = None if valid.irrelevant else _inside(p, valid)
+    inside = None if valid.irrelevant else values_inside(p, valid)
     if inside is None:
-        inside = _inside(p, ValidRange())
+        inside = values_inside(p, ValidRange())
     assert inside is not None
     if p.type == "float" and not p.step:
         lo, hi = inside
@@ -207,10 +223,12 @@ def _place(p: ParamSpec, valid: ValidRange, fill: float) -> ArgValue:
 
 def _fill_of(p: ParamSpec, valid: ValidRange, value: ArgValue) -> float:
     """The fill fraction ``_place`` turns into ``value`` (the middle of its share); 0.5 for a value outside."""
-    inside = _inside(p, valid) or _inside(p, ValidRange()) or ()
+    inside = values_inside(p, valid) or values_inside(p, ValidRange()) or ()
     if p.type == "float" and not p.step:
         lo, hi = inside
         return 0.5 if hi <= lo or not lo <= float(value) <= hi else (float(value) - lo) / (hi - lo)
+    if isinstance(inside, range):
+        return (inside.index(value) + 0.5) / len(inside) if isinstance(value, int) and value in inside else 0.5
     matches = [i for i, v in enumerate(inside) if v == value and type(v) is type(value)]
     return (matches[0] + 0.5) / len(inside) if matches else 0.5
 

@@ -9,6 +9,7 @@ import optuna
 import sqlalchemy.exc
 
 from autotune.errors import UserError
+from autotune.redact import redact_url as redact
 
 #: seconds a SQLite writer waits for the lock, so optuna-dashboard can read while the daemon writes
 SQLITE_TIMEOUT = 30
@@ -33,7 +34,11 @@ def open_storage(url: str, create: bool = True, heartbeat: float | None = None) 
         path = Path(url[len("sqlite:///"):])
         if not create and not path.exists():
             raise UserError(f"no study database at {path}: run `autotune run` first")
-        path.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise UserError(f"cannot open storage {redact(url)}: cannot create {path.parent}: {e.strerror}") \
+                from None
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT}}
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
@@ -73,11 +78,3 @@ def load_existing_study(name: str, url: str) -> optuna.Study:
         raise UserError(f"no study {name!r} in {redact(url)}: run `autotune run --study {name}` first") from None
 
 
-def redact(url: str) -> str:
-    """The URL without its password, for messages and logs."""
-    if "://" in url and "@" in url.split("://", 1)[1]:
-        scheme, rest = url.split("://", 1)
-        creds, host = rest.rsplit("@", 1)
-        user = creds.split(":", 1)[0]
-        return f"{scheme}://{user}:***@{host}" if ":" in creds else url
-    return url

@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import re
 import sys
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ else:  # pragma: no cover
 
 from autotune.engines import ENGINES, ArgValue
 from autotune.errors import UserError
+from autotune.redact import is_secret, redact_url, remember, remember_url_password
 from autotune.tables import PLAIN_TOKEN, Reader
 from autotune.targets import TargetSpec, parse_target
 
@@ -28,7 +30,7 @@ SAMPLERS = ("tpe", "gp", "random", "grid")
 RANGES = ("engine", "fixed")
 #: how a model-based sampler's first configs after the baseline are chosen: the engine's starting points, or at random
 INITIAL_DESIGNS = ("engine", "random")
-OBJECTIVES = ("single", "concurrent", "weighted", "pareto")
+OBJECTIVES = ("single", "concurrent", "weighted", "pareto", "mix")
 PARAM_TYPES = ("int", "float", "categorical")
 
 FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
@@ -65,16 +67,23 @@ class ParamSpec:
             return False
         return self.step is None or abs((value - self.low) / self.step - round((value - self.low) / self.step)) < 1e-9
 
-    def values(self) -> list[ArgValue]:
-        """Every value of a discrete parameter (ints and categoricals); floats need a step."""
+    def count(self) -> int:
+        """How many values a discrete parameter has, counted, never listed (an int range may have billions)."""
+        if self.type == "categorical":
+            return len(self.choices)
+        assert self.low is not None and self.high is not None
+        return math.floor((self.high - self.low) / (self.step or 1) + 1e-9) + 1
+
+    def values(self) -> Sequence[ArgValue]:
+        """Every value of a discrete parameter (ints and categoricals; floats need a step), in order. An int range
+        is a ``range``: it is indexed, sliced and measured without being listed."""
         if self.type == "categorical":
             return list(self.choices)
         assert self.low is not None and self.high is not None
-        step = self.step or 1
-        n = math.floor((self.high - self.low) / step + 1e-9) + 1
         if self.type == "int":
-            return [int(self.low + i * step) for i in range(n)]
-        return [round(self.low + i * step, 12) for i in range(n)]
+            step = int(self.step or 1)
+            return range(int(self.low), int(self.low) + self.count() * step, step)
+        return [round(self.low + i * self.step, 12) for i in range(self.count())]  # type: ignore[operator]
 
 
 @dataclass(frozen=True)
@@ -90,6 +99,8 @@ class WorkloadSpec:
     tolerance: float = 0.03
     min_repeats: int = 1
     max_repeats: int = 3
+    #: objective "mix": concurrency level -> share of the time the server spends there (shares sum to 1)
+    mix: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -111,7 +122,7 @@ class StudySpec:
     name: str
     path: Path
     storage: str
-    trials: int
+    trials: int                      # the budget: launches (servers started)
     sampler: str
     objective: str
     seed: int | None
@@ -127,6 +138,8 @@ class StudySpec:
     text: str = field(repr=False, default="")
     ranges: str = "engine"
     initial_design: str = "engine"
+    #: values named by reference whose environment variable is not set (commands that launch refuse to start)
+    missing: tuple[str, ...] = ()
 
     @property
     def directory(self) -> Path:
@@ -160,7 +173,7 @@ class StudySpec:
     def levels(self) -> tuple[int, ...]:
         """The concurrency levels a trial measures: the workload's, and the single stream (1) whenever the objective
         needs it (every objective but "concurrent")."""
-        single = (1,) if self.objective != "concurrent" else ()
+        single = (1,) if self.objective not in ("concurrent", "mix") else ()
         return tuple(sorted({*single, *self.workload.concurrency}))
 
 
@@ -198,14 +211,21 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     v.only(data, "", ("study", "target", "targets", "engine", "space", "workload", "constraints", "health"))
 
     study = v.table(data, "study")
-    v.only(study, "study", ("name", "storage", "trials", "sampler", "objective", "seed", "startup_trials", "pruning",
-                            "heartbeat", "ranges", "initial_design"))
+    v.only(study, "study", ("name", "storage", "launches", "trials", "sampler", "objective", "seed", "startup_trials",
+                            "pruning", "heartbeat", "ranges", "initial_design"))
     name = v.get(study, "study", "name", str, path.stem)
     if not STUDY_NAME.match(name):
         v.fail("study", "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
     storage = v.get(study, "study", "storage", str, f"sqlite:///{path.parent / name}.db")
-    storage = _resolve_storage(storage, path.parent, v)
-    trials = v.integer(study, "study", "trials", 40, low=1)
+    try:
+        storage = resolve_storage(storage, path.parent)
+    except ValueError as e:
+        v.fail("study", "storage", str(e))
+    remember_url_password(storage)
+    if "launches" in study and "trials" in study:
+        v.fail("study", "trials", "and launches are the same budget (servers started); give one of them")
+    budget_key = "launches" if "launches" in study else "trials"
+    trials = v.integer(study, "study", budget_key, 40, low=1)
     sampler = v.choice(study, "study", "sampler", SAMPLERS, "tpe")
     objective = v.choice(study, "study", "objective", OBJECTIVES, "weighted")
     seed = v.integer(study, "study", "seed", None, low=0)
@@ -218,6 +238,9 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
         v.fail("study", "pruning",
                "is not available with objective = \"pareto\" (Optuna prunes single objectives only)")
 
+    if (objective == "mix") != bool(v.get(v.table(data, "workload"), "workload", "mix", dict, {})):
+        v.fail("workload", "mix", 'and objective = "mix" go together: the mix gives the load the objective weighs '
+                                  '(e.g. mix = { 1 = 0.2, 8 = 0.5, 32 = 0.3 })')
     targets = _targets(data, v)
     engine = _engine(data, v, path)
     space = _space(data, v, engine)
@@ -228,28 +251,32 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
         for p in space:
             if p.type == "float" and p.step is None:
                 v.fail(f"space.{p.name}", "step", "is required for a float parameter with sampler = \"grid\"")
+        cells = math.prod(p.count() for p in space)
+        if cells > MAX_GRID:
+            v.fail("study", "sampler", f"\"grid\" would list {cells:.3g} configs; at most {MAX_GRID} (narrow the "
+                                       "[space] ranges, or use tpe)")
     return StudySpec(
         name=name, path=path, storage=storage, trials=trials, sampler=sampler, objective=objective, seed=seed,
         startup_trials=startup_trials, pruning=pruning, heartbeat=heartbeat, targets=targets, engine=engine,
         space=space, workload=workload, constraints=constraints, health=health, text=text, ranges=ranges,
-        initial_design=initial_design,
+        initial_design=initial_design, missing=tuple(v.missing),
     )
 
 
-def _resolve_storage(url: str, base: Path, v: Reader) -> str:
-    """Relative SQLite paths are relative to the study file's directory."""
+def resolve_storage(url: str, base: Path) -> str:
+    """A storage URL as autotune opens it: relative SQLite paths are relative to ``base`` (the study file's
+    directory). Raises ValueError saying what is allowed."""
     if url.startswith("sqlite:///"):
         rest = url[len("sqlite:///"):]
         if rest in ("", ":memory:"):
-            v.fail("study", "storage", "must name a database file; an in-memory database would lose the study")
+            raise ValueError("must name a database file; an in-memory database would lose the study")
         p = Path(rest).expanduser()
         if not p.is_absolute():
             p = base / p
         return f"sqlite:///{p}"
     if url.startswith(("postgresql://", "postgresql+", "mysql://", "mysql+")):
         return url
-    v.fail("study", "storage", f"must be sqlite:///PATH or postgresql://..., got {url!r}")
-    raise AssertionError  # unreachable
+    raise ValueError(f"must be sqlite:///PATH or postgresql://..., got {redact_url(url)!r}")
 
 
 def _targets(data: dict[str, Any], v: Reader) -> dict[str, TargetSpec]:
@@ -280,11 +307,24 @@ def _engine(data: dict[str, Any], v: Reader, path: Path) -> EngineSpec:
     if not command or not all(isinstance(c, str) and c for c in command):
         v.fail("engine", "command",
                "is required: a non-empty list of strings, e.g. [\"python3\", \"-m\", \"sglang.launch_server\"]")
-    args = v.get(e, "engine", "args", dict, {})
+    args = dict(v.get(e, "engine", "args", dict, {}))
     for key, value in args.items():
+        if isinstance(value, dict):
+            args[key] = v.reference("engine.args", key, value)
+            continue
         _check_arg(key, value, "engine.args", v)
+        if isinstance(value, str) and is_secret(key):
+            remember(value)
     env = v.env(e, "engine", "env")
     return EngineSpec(kind=kind, command=list(command), args=dict(args), env=env)
+
+
+#: a float range with a step is listed value by value: at most this many
+MAX_FLOAT_STEPS = 1_000_000
+#: Optuna's GridSampler lists every cell of the grid up front
+MAX_GRID = 1_000_000
+#: characters a server flag's value never needs, which in a value would only be an attempt at shell syntax
+SHELL_CHARACTERS = frozenset("$`;|&<>\\")
 
 
 def _check_arg(key: str, value: Any, where: str, v: Reader) -> None:
@@ -300,6 +340,10 @@ def _check_arg(key: str, value: Any, where: str, v: Reader) -> None:
         v.fail(where, key, f"must be a string, number or true (a bare flag), got {type(value).__name__}")
     if value == "" or any(ord(c) < 32 for c in value):
         v.fail(where, key, "must be a non-empty single-line string")
+    shell = sorted({c for c in value if c in SHELL_CHARACTERS})
+    if shell:
+        v.fail(where, key, f"must not contain {' '.join(shell)} (shell syntax no server flag takes; values reach "
+                           f"the server as they are, never through a shell), got {value!r}")
 
 
 def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSpec, ...]:
@@ -349,6 +393,9 @@ def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSp
             v.fail(where, "step", "must be a whole number for type = \"int\"")
         if log and (low <= 0 or step not in (None, 1)):
             v.fail(where, "log", "needs low > 0 and no step")
+        if ptype == "float" and step is not None and (high - low) / step >= MAX_FLOAT_STEPS:
+            v.fail(where, "step", f"gives about {(high - low) / step:.3g} values; at most {MAX_FLOAT_STEPS} (a larger "
+                                  "step, or none for a continuous range)")
         out.append(ParamSpec(name=name, type=ptype, low=num(low), high=num(high),
                              step=None if step is None else num(step), log=log))
     return tuple(out)
@@ -358,7 +405,7 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
     w = v.table(data, "workload")
     where = "workload"
     v.only(w, where, ("prompts", "max_tokens", "temperature", "concurrency", "requests", "warmup",
-                      "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats"))
+                      "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats", "mix"))
     conc = v.get(w, where, "concurrency", list, [1, 8, 32])
     if not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc):
         v.fail(where, "concurrency", f"must be a non-empty list of positive integers, got {conc!r}")
@@ -384,8 +431,23 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
         request_timeout=v.number(w, where, "request_timeout", 300.0, low=1, high=86400),
         stall_timeout=v.number(w, where, "stall_timeout", 30.0, low=0.5, high=86400),
         tolerance=v.number(w, where, "tolerance", 0.03, low=0.001, high=1),
-        min_repeats=min_rep, max_repeats=max_rep,
+        min_repeats=min_rep, max_repeats=max_rep, mix=_mix(w, v, conc),
     )
+
+
+def _mix(w: dict[str, Any], v: Reader, levels: list[int]) -> dict[int, float]:
+    """``mix = { 1 = 0.2, 8 = 0.5, 32 = 0.3 }``: each level's share of the server's time, normalised to sum 1."""
+    raw = v.get(w, "workload", "mix", dict, {})
+    mix: dict[int, float] = {}
+    for key, share in raw.items():
+        level = int(key) if key.isdigit() else None
+        if level not in levels:
+            v.fail("workload.mix", key, f"must be one of the concurrency levels {sorted(levels)}")
+        if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share) or share <= 0:
+            v.fail("workload.mix", key, f"must be a share above 0 (of the time spent at that load), got {share!r}")
+        mix[level] = float(share)
+    total = sum(mix.values())
+    return {level: share / total for level, share in sorted(mix.items())}
 
 
 def _constraints(data: dict[str, Any], v: Reader) -> ConstraintSpec:

@@ -5,11 +5,13 @@ Shared by the study file's own tables (study.py) and the option tables each targ
 from __future__ import annotations
 
 import math
+import os
 import re
 from pathlib import Path
 from typing import Any, NoReturn
 
 from autotune.errors import UserError
+from autotune.redact import is_secret, remember
 
 #: a value that may reach a remote shell or a unit file without surprises
 PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9_./:+=,@%-]+$")
@@ -21,6 +23,9 @@ class Reader:
 
     def __init__(self, path: Path) -> None:
         self.path = path
+        #: values named by reference whose environment variable is not set: "[table] key: ..." (a command that
+        #: launches a server refuses to start; the others do not need them)
+        self.missing: list[str] = []
 
     def fail(self, where: str, key: str, message: str) -> NoReturn:
         place = f"[{where}] {key}" if where else key
@@ -61,15 +66,36 @@ class Reader:
         return self._bounded(table, where, key, default, low, high, (int,), "a whole number")
 
     def env(self, table: dict[str, Any], where: str, key: str) -> dict[str, str]:
-        """A table of environment variables for the server."""
-        env = self.get(table, where, key, dict, {})
+        """A table of environment variables for the server; a value may be given by reference, ``{ env = "NAME" }``
+        (read from autotune's own environment, so that the secret is in no file)."""
+        env = dict(self.get(table, where, key, dict, {}))
         for name, value in env.items():
             if not ENV_NAME.match(name):
                 self.fail(f"{where}.{key}", name, "environment variable names must be letters, digits and '_'")
+            if isinstance(value, dict):
+                env[name] = self.reference(f"{where}.{key}", name, value)
+                continue
             if not isinstance(value, str) or not PLAIN_TOKEN.match(value):
-                self.fail(f"{where}.{key}", name,
-                          f"must be a plain string value (letters, digits, ./:+=,@%_-), got {value!r}")
+                self.fail(f"{where}.{key}", name, "must be a plain string value (letters, digits, ./:+=,@%_-) or "
+                                                  f'{{ env = "NAME" }}, got {value!r}')
+            if is_secret(name):
+                remember(value)
         return env
+
+    def reference(self, where: str, key: str, ref: dict[str, Any]) -> str:
+        """The value of ``{ env = "NAME" }`` from autotune's environment, remembered as a secret; "" (and a note in
+        ``missing``) when the variable is not set."""
+        name = ref.get("env")
+        if set(ref) != {"env"} or not isinstance(name, str) or not ENV_NAME.match(name):
+            self.fail(where, key, f'a value by reference is {{ env = "NAME" }} (an environment variable of '
+                                  f"autotune's), got {ref!r}")
+        value = os.environ.get(name)
+        if value is None:
+            self.missing.append(f"[{where}] {key}: environment variable {name} is not set (the value is read from "
+                                "autotune's environment)")
+            return ""
+        remember(value)
+        return value
 
     def _bounded(self, table: dict[str, Any], where: str, key: str, default: Any, low: float | None,
                  high: float | None, kinds: tuple[type, ...], what: str) -> Any:

@@ -1,8 +1,10 @@
 """The study lifecycle: create or resume, sweep what a dead tuner left, run trials to the budget or deadline, stop
 cleanly on a signal, and leave the target healthy.
 
-The budget counts finished trials across restarts; a trial whose config was queued again (interrupted, stale,
-infrastructure failure) does not count, its retry does.
+The budget counts launches (servers started) across restarts: a trial that reuses a measurement of the same config,
+or whose config the engine rejects, costs none; a trial whose config was queued again (interrupted, stale,
+infrastructure failure) does not count, its retry does. Between the sampler's proposals the tuner queues its own
+(search.py: neighbours of the leader, confirmations of the leader and its close rivals).
 """
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from types import FrameType
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import record, results
+from autotune import record, results, search
 from autotune.artifacts import open_store
 from autotune.budget import AdmissionLock, standing
 from autotune.bringup import deploy_trial, restore_original
@@ -28,10 +30,11 @@ from autotune.plan import Plan
 from autotune.progress import Progress
 from autotune.record import TrialRecord
 from autotune.retry import fail_stale, should_retry
-from autotune.sampling import make_pruner, make_sampler
+from autotune.sampling import DEFAULT_STARTUP_TRIALS, make_pruner, make_sampler
 from autotune.score import METRIC_NAMES
 from autotune.storage import open_storage, redact
 from autotune.targets import Target, make_target
+from autotune.warmstart import WarmConfig, warm_configs
 
 log = logging.getLogger("autotune")
 
@@ -39,6 +42,8 @@ log = logging.getLogger("autotune")
 BACKOFF_START, BACKOFF_CAP = 5.0, 300.0
 #: seconds between looks at a study whose last trials other workers are running
 WAIT_FOR_OTHERS = 2.0
+#: this many trials in a row without a launch (every proposal measured or rejected already): the space is exhausted
+IDLE_TRIALS = 50
 
 
 @dataclass
@@ -49,13 +54,15 @@ class RunOptions:
     storage: str | None = None       # overrides the study file's storage
     target: str | None = None        # which [targets.NAME] to run on
     restore: bool = True             # leave the target running the best (or original) config
+    warm_start: str | None = None    # a study whose best configs a new study measures first
 
 
 @dataclass
 class RunSummary:
-    finished: int
+    launches: int
+    trials: int
     budget: int
-    stopped_by: str                  # budget | deadline | signal
+    stopped_by: str                  # budget | deadline | signal | exhausted
     best: int | None
 
 
@@ -89,17 +96,23 @@ class Tuner:
         self.storage_url = options.storage or plan.spec.storage
         self._stop_reason: str | None = None
         self._progress = Progress(enabled=False)
+        self._warm: list[WarmConfig] = []
 
     # -- the run ---------------------------------------------------------------------------------------------
 
     def run(self) -> RunSummary:
         target = make_target(self.plan.target, cwd=self.spec.directory)
         target.preflight(self.spec.engine.command)
-        setup_logging(self.spec.directory / f"{self.spec.name}.log")
+        if self.options.warm_start:  # read before anything is written: an unknown study stops the run here
+            startup = DEFAULT_STARTUP_TRIALS if self.spec.startup_trials is None else self.spec.startup_trials
+            self._warm = warm_configs(self.options.warm_start, self.plan, min(startup, self.budget - 1))
         optuna.logging.set_verbosity(optuna.logging.ERROR)
-        self._progress = Progress(self.budget, self.deadline, self.spec.levels)
         try:
             with target.lock(self.spec.name):
+                # the storage before the log file: a URL that cannot be opened stops the run having written nothing
+                self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat)
+                setup_logging(self.spec.directory / f"{self.spec.name}.log")
+                self._progress = Progress(self.budget, self.deadline, self.spec.levels)
                 study = self._open_study()
                 self._progress.update(study)
                 try:
@@ -113,7 +126,7 @@ class Tuner:
 
     def _open_study(self) -> optuna.Study:
         spec = self.spec
-        storage = self.storage = open_storage(self.storage_url, heartbeat=spec.heartbeat)
+        storage = self.storage
         existing = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
         created = spec.name not in existing
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions,
@@ -131,16 +144,31 @@ class Tuner:
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(METRIC_NAMES[spec.objective])
         log.info("study %s: %s %s, storage %s, target %s (%s)", spec.name, "created" if created else "resumed",
-                 f"{len(results.counted(trials))}/{self.budget} trials done", redact(self.storage_url),
+                 f"{len(results.launches(trials))}/{self.budget} launches done", redact(self.storage_url),
                  self.plan.target.name, self.plan.target.kind)
         with AdmissionLock(storage, self.storage_url, spec.name):  # other workers may be starting too
             if not record.has_baseline(study):
-                space = self.plan.space
-                record.enqueue(study, space.internal(space.baseline_params()), "baseline")
-                for params in self.plan.starting_points:
-                    record.enqueue(study, space.internal(params), "starting_point")
+                self._queue_start(study)
+            elif self.options.warm_start:
+                log.info("--warm-start %s ignored: study %s has begun already (a warm start seeds a new study)",
+                         self.options.warm_start, spec.name)
             self._sweep(study)
         return study
+
+    def _queue_start(self, study: optuna.Study) -> None:
+        """A new study's first configs: the baseline, then an earlier study's best (--warm-start) or the engine's
+        starting points."""
+        space = self.plan.space
+        record.enqueue(study, space.internal(space.baseline_params()), "baseline")
+        if self.options.warm_start:
+            warm = self._warm
+            log.info("warm start from %s: %d configs measured first (%s)", self.options.warm_start, len(warm),
+                     "; ".join(w.origin for w in warm) or "none of its configs fits this study's space")
+            for w in warm:
+                record.enqueue(study, space.internal(w.params), "warm_start", w.origin)
+            return
+        for params in self.plan.starting_points:
+            record.enqueue(study, space.internal(params), "starting_point")
 
     def _sweep(self, study: optuna.Study) -> None:
         """Trials left RUNNING on this target by a tuner that died: fail them and queue each config once more.
@@ -178,10 +206,11 @@ class Tuner:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
         best = self._finish(study, target)
-        done = len(results.counted(study.get_trials(deepcopy=False)))
-        log.info("study %s stopped (%s): %d/%d trials, best %s", self.spec.name, stopped_by, done, self.budget,
-                 f"trial {best.number}" if best else "none")
-        return RunSummary(finished=done, budget=self.budget, stopped_by=stopped_by,
+        trials = study.get_trials(deepcopy=False)
+        launches, finished = len(results.launches(trials)), len(results.finished(trials))
+        log.info("study %s stopped (%s): %d/%d launches in %d trials, best %s", self.spec.name, stopped_by, launches,
+                 self.budget, finished, f"trial {best.number}" if best else "none")
+        return RunSummary(launches=launches, trials=finished, budget=self.budget, stopped_by=stopped_by,
                           best=best.number if best else None)
 
     def _trials(self, study: optuna.Study, objective: Objective, admission: AdmissionLock) -> str:
@@ -194,13 +223,14 @@ class Tuner:
                 return "deadline"
             with admission:
                 admit = self._admit(study)
-                if admit == "done":
-                    return "signal" if self._stop_reason else "budget"
-                if admit == "wait":
+                if admit != "run":
+                    if admit != "wait":
+                        return "signal" if self._stop_reason else admit
                     admission.release()
                     self._sleep(WAIT_FOR_OTHERS)
                     fail_stale(study)
                     continue
+                self._queue_own(study)
                 objective.phase = Phase()
                 study.optimize(objective, n_trials=1, gc_after_trial=False)
             if objective.phase.trial is None:
@@ -208,19 +238,38 @@ class Tuner:
             trial = study.get_trials(deepcopy=False)[objective.phase.trial]
             self._report(study, trial)
             failed = trial.state == TrialState.FAIL and not self._stop_reason
+            if failed and TrialRecord.of(trial).reason == "baseline_pending":
+                self._sleep(WAIT_FOR_OTHERS)  # the study's order, not a failing host: no backoff
+                continue
             backoff = min(BACKOFF_CAP, backoff * 2 or BACKOFF_START) if failed else 0.0
             self._sleep(backoff)
 
     def _admit(self, study: optuna.Study) -> str:
         """Under the admission lock: "run" a trial, "wait" while other workers run the last ones (one of them may
-        die and its config come back), or "done"."""
+        die and its config come back), or why to stop: "budget", "exhausted" (the sampler proposes nothing new)."""
         done, running = standing(study)
         if done >= self.budget:
-            return "done"
+            return "budget"
+        waiting = any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
+        if isinstance(study.sampler, optuna.samplers.GridSampler) and study.sampler.is_exhausted(study) \
+                and not waiting:
+            log.info("every config of the grid was tried")
+            return "exhausted"
+        if results.since_launch(study.get_trials(deepcopy=False)) >= IDLE_TRIALS:
+            log.info("the last %d trials launched nothing (every config they proposed was measured or rejected "
+                     "already): the space looks exhausted", IDLE_TRIALS)
+            return "exhausted"
         if done + running < self.budget:
             return "run"
         # without heartbeats a dead worker's trial cannot be told from a live one
-        return "done" if self.storage.get_heartbeat_interval() is None else "wait"
+        return "budget" if self.storage.get_heartbeat_interval() is None else "wait"
+
+    def _queue_own(self, study: optuna.Study) -> None:
+        """Queue the tuner's own next config (a neighbour of the leader, a confirmation), if it has one."""
+        startup = DEFAULT_STARTUP_TRIALS if self.spec.startup_trials is None else self.spec.startup_trials
+        proposal = search.propose(study, self.plan, self.budget, startup, self.spec.seed)
+        if proposal is not None:
+            record.enqueue(study, proposal.params, proposal.role)
 
     def _requeue_forced(self, study: optuna.Study, number: int | None) -> None:
         """A second signal cut a trial short: Optuna failed it; queue its config again like an interrupted one."""
@@ -232,19 +281,30 @@ class Tuner:
             record.requeue(study, t)
 
     def _report(self, study: optuna.Study, t: FrozenTrial) -> None:
-        """The one line per trial a user reads: number, params, result or failure reason, best so far."""
-        best = results.best(study)
-        best_text = f"best {results.score(best, study):.4g} (trial {best.number})" if best else "best: none yet"
+        """The one line per trial a user reads: number, launch count, params, result or failure reason, best so far
+        (the leader's pooled estimate, with its interval once it has one)."""
+        leader = results.leader(study)
+        best_text = "best: none yet" if leader is None else (
+            f"best {leader.value:.4g} (trial {leader.trials[0]})" if leader.launches == 1 else
+            f"best {leader.value:.4g} [{leader.low:.4g}, {leader.high:.4g}] (trial {leader.trials[0]}, "
+            f"{leader.launches} launches)")
         rec = TrialRecord.of(t)
+        trials = study.get_trials(deepcopy=False)
+        if t.number in results.retried(trials):
+            counter = "retried, no launch counted"
+        elif rec.launched:
+            counter = f"launch {sum(x.number <= t.number for x in results.launches(trials))}/{self.budget}"
+        else:
+            counter = "no launch"
         if rec.feasible:
             outcome = f"{rec.values_text()} ({rec.figures_text()})"
             if rec.reused_from is not None:
                 outcome += f", reused from trial {rec.reused_from}"
         else:
             outcome = (rec.reason or t.state.name.lower()) + (f" ({rec.detail[:120]})" if rec.detail else "")
-        tag = f" [{rec.role}]" if rec.role else ""
-        log.info("trial %d%s %s: %s -> %s | %s", t.number, tag, t.state.name, self.plan.engine.describe(rec.params),
-                 outcome, best_text)
+        tag = f" [{rec.role}{', from ' + rec.origin if rec.origin else ''}]" if rec.role else ""
+        log.info("trial %d%s %s: %s -> %s | %s | %s", t.number, tag, t.state.name,
+                 self.plan.engine.describe(rec.params), outcome, best_text, counter)
         self._progress.update(study)
 
     # -- end of study ------------------------------------------------------------------------------------------

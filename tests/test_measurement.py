@@ -83,6 +83,40 @@ def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> No
     assert "pruned after single" in r.stdout
 
 
+def test_weighted_pruning_keeps_a_poor_single_stream_with_the_best_concurrent_figure(tmp_path: Path) -> None:
+    # llama70b at concurrency 32 (`autotune sim surface --profile llama70b`): the deep topk-8 trees stream fastest
+    # alone (253 tok/s) and reach about 2100 tok/s under load; the chain (3, 1, 4) streams at 172 tok/s alone, which
+    # a pruner on the single stream drops, but it has the best concurrent figure (3032 tok/s) and an equal weighted
+    # score. Pruning judges the whole objective, so it runs to the end.
+    configs = [(5, 8, 32), (5, 8, 31), (5, 8, 30), (3, 1, 4)]
+    space = "".join(f'[space.{name}]\ntype = "categorical"\nchoices = {sorted({c[i] for c in configs})}\n'
+                    for i, name in enumerate(("speculative-num-steps", "speculative-eagle-topk",
+                                              "speculative-num-draft-tokens")))
+    study = write_study(tmp_path, sampler="random", trials=len(configs) + 1, space=space,
+                        args={"model-path": "/shared/models/Llama-3.3-70B-Instruct", "tp-size": 8,
+                              "sim-profile": "llama70b", "sim-speedup": 2},
+                        workload="max_tokens = 128\nconcurrency = [1, 32]\nrequests = 32\nwarmup = 1\n"
+                                 "tolerance = 0.1")
+    study.write_text(study.read_text().replace("[study]\n", '[study]\nranges = "fixed"\n'))  # the values as queued
+    # the baseline first (the weighted score is relative to it), then the four configs in this order
+    r = run_autotune("run", "--study", str(study), "--launches", "1", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    db = optuna.load_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}")
+    for steps, topk, draft in configs:
+        db.enqueue_trial({"speculative-num-steps": steps, "speculative-eagle-topk": topk,
+                          "speculative-num-draft-tokens": draft})
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    by_config = {tuple(t["params"].values()): t for t in status(study)["trials"]}
+    chain = by_config[(3, 1, 4)]
+    assert chain["state"] == "COMPLETE", chain
+    deep = [by_config[c] for c in configs[:3]]
+    assert all(t["state"] == "COMPLETE" for t in deep)
+    assert chain["metrics"]["single_tok_s"] < 0.8 * min(t["metrics"]["single_tok_s"] for t in deep)
+    assert chain["metrics"]["concurrent_tok_s"] > 1.2 * max(t["metrics"]["concurrent_tok_s"] for t in deep)
+    assert "pruned" not in r.stdout
+
+
 def test_bench_measures_what_is_deployed_now(tmp_path: Path) -> None:
     port = free_port()
     server = start_emulator(port, steps=3, topk=1, draft=4)

@@ -68,7 +68,7 @@ def test_status_line_stays_below_the_log_lines(log_to: logging.Logger) -> None:
         clock.now += 2
         progress.on_phase(Phase(0, "waiting", "7 s"))
         lines, status = screen(term.getvalue())
-        assert lines == [] and status.startswith("trial 1/4 (#0) | waiting 7 s for readiness | best: none yet")
+        assert lines == [] and status.startswith("launch 1/4 (trial #0) | waiting 7 s for readiness | best: none yet")
 
         log_to.info("trial 0 ready in 7.0 s")
         progress.on_phase(Phase(0, "measuring"))
@@ -86,7 +86,7 @@ def test_status_line_stays_below_the_log_lines(log_to: logging.Logger) -> None:
         log_to.info("trial 0 COMPLETE")
         lines, status = screen(term.getvalue())
         assert [line.split(" ", 2)[2] for line in lines] == ["trial 0 ready in 7.0 s", "trial 0 COMPLETE"]
-        assert status == "trial 2/4 (#0) | starting the next trial | best 1.25 (trial 0) | ETA 3 min 00 s"
+        assert status == "launch 2/4 (trial #0) | starting the next trial | best 1.25 (trial 0) | ETA 3 min 00 s"
         progress.on_phase(Phase(1, "deploying"))
         clock.now += 30
         progress.on_phase(Phase(1, "waiting", "30 s"))
@@ -142,8 +142,8 @@ def test_run_on_a_terminal_shows_progress_between_clean_log_lines(tmp_path: Path
         if proc.poll() is None:
             proc.kill()
     text = raw.decode(errors="replace").replace("\r\n", "\n")
-    assert re.search(r"trial 1/2 \(#0\) \| (deploying|waiting|measuring|choosing)", text), text[-2000:]
-    assert "trial 2/2 (#1)" in text and "best 1 (trial 0)" in text
+    assert re.search(r"launch 1/2 \(trial #0\) \| (deploying|waiting|measuring|choosing)", text), text[-2000:]
+    assert "launch 2/2 (trial #1)" in text and "best 1 (trial 0)" in text
     lines, status = screen(text)
     assert status == ""
     stamped = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")

@@ -22,13 +22,15 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     # one line per trial on stdout: number, params, result or failure reason, best so far
-    finished = re.findall(r"trial (\d+)(?: \[baseline\]| \[starting point\])? (COMPLETE|PRUNED|FAIL): .* -> .* \| best",
-                          r.stdout)
-    assert [int(n) for n, _ in finished] == list(range(7))
-    assert "Traceback" not in r.stderr
-
+    finished = re.findall(r"trial (\d+)(?: \[[a-z ]+\])? (COMPLETE|PRUNED|FAIL): .* -> .* \| best .* \| "
+                          r"(launch \d+/7|no launch|retried, no launch counted)\n", r.stdout)
     trials = status(study)["trials"]
-    assert len(trials) == 7
+    assert [int(n) for n, _, _ in finished] == list(range(len(trials)))
+    assert "Traceback" not in r.stderr
+    # the budget counts launches: a trial that reused a measurement or was rejected costs none
+    assert sum(t["launched"] for t in trials) == 7
+    assert [c for _, _, c in finished if c.startswith("launch")] == [f"launch {n}/7" for n in range(1, 8)]
+    assert all(t["launched"] == (t["reused_from"] is None and t["reason"] != "invalid_config") for t in trials)
     base = trials[0]
     assert base["baseline"] and base["state"] == "COMPLETE" and base["value"] == pytest.approx(1.0)
     assert base["params"] == {"speculative-num-steps": 1, "speculative-eagle-topk": 1,
@@ -54,10 +56,10 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     assert (tmp_path / "t.db").exists() and (tmp_path / "t.log").exists()
 
     # running again resumes the same study: the budget counts across runs and the baseline is not run again
-    r = run_autotune("run", "--study", str(study), "--trials", "9", cwd=tmp_path)
+    r = run_autotune("run", "--study", str(study), "--launches", "9", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     trials = status(study)["trials"]
-    assert len(trials) == 9
+    assert sum(t["launched"] for t in trials) == 9
     assert sum(t["baseline"] for t in trials) == 1
 
 
@@ -93,6 +95,8 @@ def test_invalid_and_duplicate_configs_cost_no_deployment(tmp_path: Path) -> Non
     measured = [t for t in trials if t["reused_from"] is None and t["reason"] != "invalid_config"]
     assert launched == [f"trial-{t['number']:04d}.log" for t in measured]
     assert len(measured) == 3  # the baseline, topk 2 with 2 and with 3 draft tokens
+    # a budget of 7 launches, and a grid that holds only 3 deployable configs: it stops once the grid is done
+    assert "stopped (exhausted): 3/7 launches in 7 trials" in r.stdout
 
 
 FAULT_SPACE = """

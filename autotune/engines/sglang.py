@@ -215,6 +215,8 @@ class SGLang(Engine):
 
 def _ints(values: Sequence[ArgValue]) -> list[int]:
     """Integer flag values in ascending order; ValueError for anything else."""
+    if isinstance(values, range) and values.step > 0:
+        return values  # type: ignore[return-value]  # already ascending ints, and never listed
     if any(isinstance(v, bool) or float(v) != int(float(v)) for v in values):
         raise ValueError("not integers")
     return sorted(int(float(v)) for v in values)

@@ -13,6 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from autotune.best import per_concurrency
 from autotune import record, results
 from autotune.record import TrialRecord, rate_text
 from autotune.report.plots import PlotResult
@@ -108,20 +109,23 @@ def _heading(study: optuna.Study, spec: StudySpec | None, recs: list[TrialRecord
     name = spec.name if spec else study.study_name
     objective = record.study_objective(study) or (spec.objective if spec else "?")
     states = Counter(r.state.name for r in recs)
-    counted = results.counted(study.get_trials(deepcopy=False))
+    launches = results.launches(study.get_trials(deepcopy=False))
     return [f"# Study `{name}`", "",
             f"Objective `{objective}` ({', '.join(study.metric_names or ['value'])}), "
             f"{len(recs)} trials ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}), "
-            f"{len(counted)} counted against the budget" + (f" of {spec.trials}" if spec else "")
-            + f". Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
+            f"{len(launches)} launches (servers started) counted against the budget"
+            + (f" of {spec.trials}" if spec else "") + f". Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
 
 
-def _best(name: str, best: TrialRecord | None, base: TrialRecord | None) -> list[str]:
+def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader: results.Estimate | None) -> list[str]:
     lines = ["## Best", ""]
     if best is None:
         return [*lines, "No feasible measured trial yet.", ""]
     m = best.metrics
-    lines += [f"Trial **{best.number}**: value {_value_text(best)}"
+    pooled = "" if leader is None or leader.launches < 2 else (
+        f"; over its {leader.launches} launches (trials {', '.join(map(str, leader.trials))}) "
+        f"{_fmt(leader.value)} [{_fmt(leader.low)}, {_fmt(leader.high)}]")
+    lines += [f"Trial **{best.number}**: value {_value_text(best)}{pooled}"
               + (" (the baseline itself)" if best.baseline else "") + ".", "",
               f"- params: {_params(best)}",
               f"- {best.figures_text()}, accept length {_fmt(m.get('accept_length'), 3)}, "
@@ -197,6 +201,21 @@ def _plots(plots: list[PlotResult]) -> list[str]:
     return [*lines, ""]
 
 
+def _per_concurrency(study: optuna.Study) -> list[str]:
+    lines = ["## Best config per load", "",
+             "The best feasible config at each measured concurrency level (output tok/s pooled over its launches; "
+             "\"measured once\" has not been confirmed by a second launch):", ""]
+    lines += ["| load | trial | output tok/s [95% CI] | vs baseline | confirmed | config |",
+              "|---|---:|---|---:|---|---|"]
+    for r in per_concurrency(study):
+        config = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "the fixed args"
+        gain = f"{r['gain'] - 1:+.1%}" if r["gain"] else "-"
+        sure = f"yes ({r['launches']} launches)" if r["confirmed"] else "measured once"
+        lines.append(f"| c{r['concurrency']} | {r['trial']} | {r['output_tok_s']:.1f} [{r['low']:.1f}, "
+                     f"{r['high']:.1f}] | {gain} | {sure} | {config} |")
+    return [*lines, ""]
+
+
 def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[PlotResult] | None = None) -> str:
     trials = study.get_trials(deepcopy=False)
     recs = record.records(trials)
@@ -204,8 +223,9 @@ def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[Pl
     best = TrialRecord.of(best_t) if best_t is not None else None
     base = TrialRecord.of(base_t) if base_t is not None else None
     lines = _heading(study, spec, recs)
-    lines += _best(spec.name if spec else study.study_name, best, base)
+    lines += _best(spec.name if spec else study.study_name, best, base, results.leader(study))
     lines += _baseline(base)
+    lines += _per_concurrency(study)
     lines += _top(study, recs)
     lines += _failures(study, recs)
     lines += _saved(recs)

@@ -62,7 +62,11 @@ class LocalTarget(Target):
         super().__init__(spec, cwd)
         self.cwd = cwd
         self.current: LocalDeployment | None = None
-        self._pidfile = state_dir() / f"local-{spec.server_port}.pid"
+
+    @property
+    def _pidfile(self) -> Path:
+        """Where this port's running server is recorded (in the user's state directory, made on first use)."""
+        return state_dir() / f"local-{self.spec.server_port}.pid"
 
     def base_url(self) -> str:
         return f"http://127.0.0.1:{self.spec.server_port}"
@@ -89,12 +93,13 @@ class LocalTarget(Target):
         with open(log_path, "ab") as log:
             try:
                 proc = subprocess.Popen(
-                    [executable, *argv[1:]], cwd=self.cwd, env={**os.environ, **env}, stdin=subprocess.DEVNULL,
+                    [executable, *argv[1:]], cwd=self.cwd, env={**os.environ, **self.spec.env, **env},
+                    stdin=subprocess.DEVNULL,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 )
             except OSError as e:
                 raise TrialFailure("deploy_failed", f"cannot start {argv[0]}: {e.strerror}") from None
-        self._pidfile.write_text(json.dumps({"pid": proc.pid, "argv": argv}))
+        self._pidfile.write_text(json.dumps({"pid": proc.pid, "start": start_time(proc.pid), "argv": argv}))
         self.current = LocalDeployment(proc, self.base_url(), log_path)
         return self.current
 
@@ -118,7 +123,8 @@ class LocalTarget(Target):
         except (OSError, ValueError):
             return
         pid = int(record.get("pid", 0))
-        if pid > 0 and _is_group_leader(pid):
+        # the same process, not one that reused its pid: a group leader with the recorded start time
+        if pid > 0 and _is_group_leader(pid) and record.get("start") and start_time(pid) == record["start"]:
             kill_group(pid, STOP_GRACE)
             wait_port_free(self.spec.server_port)
         self._pidfile.unlink(missing_ok=True)
@@ -132,6 +138,17 @@ def resolve_command(command: str, cwd: Path | None) -> str | None:
     if not path.is_absolute() and cwd is not None:
         path = cwd / path
     return str(path) if path.is_file() and os.access(path, os.X_OK) else None
+
+
+def start_time(pid: int) -> str | None:
+    """The process's start time in clock ticks since boot (field 22 of /proc/PID/stat): with the pid, it names one
+    process for good."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat.rsplit(")", 1)[-1].split()
+    return fields[19] if len(fields) > 19 else None
 
 
 def _is_group_leader(pid: int) -> bool:

@@ -7,7 +7,8 @@ Remote layout (``DIR`` = ``<workdir>/port-<server_port>``)::
     DIR/server-<stamp>.exit          the server's exit status, written when it ends (negative: killed by signal)
     DIR/lock, DIR/holder.json        the one-tuner-per-target lock (see ``RemoteLock``)
 
-A start runs ``nohup env K=V... python3 -c SUPERVISOR PIDFILE EXITFILE ARGV...`` in the background: the supervisor
+A start runs ``nohup python3 -c SUPERVISOR PIDFILE EXITFILE ARGV...`` in the background, with the target's and the
+engine's environment sourced from a private file (never on a command line, where ``ps`` shows it): the supervisor
 (programs/supervisor.py) makes itself a process-group leader, writes the pid file, execs ARGV unchanged and records
 its exit status. Only SIGKILL to the whole group (the stop after the grace period) ends it without a record, which
 ``exit_status`` then reports as -9.
@@ -165,19 +166,25 @@ class ProcessTarget(RemoteTarget):
         remote_log = posixpath.join(d, f"server-{stamp}.log")
         exit_file = posixpath.join(d, f"server-{stamp}.exit")
         q = sh_command
-        env_words = [f"{k}={v}" for k, v in merged.items()]
+        # the environment goes through a private file, sourced and removed by the launch script: values on the
+        # command line would be visible to every user of the host in ps
+        env_file = posixpath.join(d, f"env-{stamp}")
         launch = " ".join([
-            "nohup", "env", "--", q(env_words) if env_words else "",
-            '"$PY"', "-c", q([source("supervisor")]), q([self.pid_file, exit_file]), q(argv),
+            "nohup", '"$PY"', "-c", q([source("supervisor")]), q([self.pid_file, exit_file]), q(argv),
             "</dev/null", ">>" + q([remote_log]), "2>&1", "&",
         ])
         no_start = json.dumps({"error": f"the server supervisor did not start within {LAUNCH_WAIT:g} s "
                                         f"(see {remote_log} on the target)"})
+        if merged:
+            self.ensure_private()
+            text = "".join(f"{k}={q([v])}\n" for k, v in merged.items())
+            self.conn.write_bytes(env_file, text.encode(), 0o600, exclusive=True)
         script = "\n".join([
-            f"mkdir -p {q([d])} || exit 97",
+            *self.guard(),
             f"cd {q([d])} || exit 97",
             FIND_PYTHON,
             f"rm -f {q([self.pid_file])}",
+            *([f"set -a; . {q([env_file])}; set +a; rm -f {q([env_file])}"] if merged else []),
             launch,
             "i=0",
             f"while [ ! -s {q([self.pid_file])} ] && [ $i -lt {int(LAUNCH_WAIT / 0.05)} ]; do "
@@ -185,6 +192,7 @@ class ProcessTarget(RemoteTarget):
             f"cat {q([self.pid_file])} 2>/dev/null || echo {q([no_start])}",
         ])
         result = self.conn.run(script, timeout=LAUNCH_WAIT + 20, retry=False, what="starting the server")
+        self._refused(result)
         if result.status == 97:
             raise TrialFailure("deploy_failed", f"cannot create workdir {d} on {self.spec.host}: {result.detail()}")
         try:

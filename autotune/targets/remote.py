@@ -15,7 +15,7 @@ from autotune.targets.base import Target
 from autotune.targets.forward import LocalForward
 from autotune.targets.programs import source
 from autotune.targets.remote_lock import RemoteLock
-from autotune.targets.ssh import SSHConnection, SSHSpec, sh_command
+from autotune.targets.ssh import Completed, SSHConnection, SSHSpec, sh_command
 
 #: shell lines that set $PY to a python3 on the target (the system's first: no pyenv/conda shim, which on GPU hosts
 #: is often slow to start), or fail
@@ -25,6 +25,31 @@ FIND_PYTHON = (
     '[ -n "$PY" ] || { echo "autotune: python3 is not installed on the target (needed for its helpers)" >&2; '
     'exit 127; }'
 )
+
+
+#: exit status of a guard line that refused a directory (its reason is on stderr)
+REFUSED = 96
+
+
+def guard_lines(*directories: str) -> list[str]:
+    """Shell lines run before autotune uses its directories on the target: each is created private (umask 077) if
+    missing, and one that is a symbolic link, belongs to another user or is writable by others is refused (exit
+    ``REFUSED``, one line on stderr). On a shared host another user who made the directory first could otherwise plant
+    or swap what autotune reads, installs and signals from there (a backup, an upload, a pid file)."""
+    lines = ["umask 077"]
+    for d in directories:
+        q = sh_command([d])
+        fix = "give [target] workdir a directory of your own"
+
+        def refuse(why: str, q: str = q, d: str = d, fix: str = fix) -> str:
+            return f"{{ echo {sh_command([f'autotune: {d} {why}: refusing to use it ({fix})'])} >&2; exit {REFUSED}; }}"
+        lines += [
+            f"[ ! -L {q} ] || {refuse('is a symbolic link')}",
+            f"mkdir -p {q} 2>/dev/null; [ -d {q} ] || {refuse('cannot be created')}",
+            f"[ -O {q} ] || {refuse('belongs to another user')}",
+            f'[ -z "$(find {q} -maxdepth 0 -perm /022 2>/dev/null)" ] || {refuse("is writable by other users")}',
+        ]
+    return lines
 
 
 def program_line(name: str, *args: object) -> str:
@@ -57,6 +82,19 @@ class RemoteTarget(Target):
         host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
         return f"http://{host}:{self.spec.server_port}"
 
+    def guard(self) -> list[str]:
+        """guard_lines for the workdir and this target's directory in it."""
+        return guard_lines(self.conn.resolve(self.spec.workdir), self.directory)
+
+    def ensure_private(self) -> None:
+        """Run the guard on its own, before files are written there over SFTP; a refused directory stops the run
+        (it is the host's setup, not a config's fault)."""
+        self._refused(self.conn.run("\n".join(self.guard()), what="checking the workdir"))
+
+    def _refused(self, result: Completed) -> None:
+        if result.status == REFUSED:
+            raise UserError(f"target {self.spec.name}: {result.detail().removeprefix('autotune: ')}")
+
     def lock(self, holder: str) -> AbstractContextManager[None]:
         return RemoteLock(self.conn, self.directory, self.spec.identity, holder_description(holder))
 
@@ -67,7 +105,9 @@ class RemoteTarget(Target):
 
     def run_program(self, name: str, *args: object, timeout: float, what: str) -> dict[str, Any]:
         """Run remote program ``name`` and return the JSON object it prints last."""
-        result = self.conn.run(f"{FIND_PYTHON}\n{program_line(name, *args)}", timeout=timeout, what=what)
+        script = "\n".join([*self.guard(), FIND_PYTHON, program_line(name, *args)])
+        result = self.conn.run(script, timeout=timeout, what=what)
+        self._refused(result)
         try:
             return json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
@@ -79,6 +119,16 @@ class RemoteTarget(Target):
         released), and who holds it when the target lets us see that: {"listening": bool, "holder": str | None}."""
         return self.run_program("ports", "port", self.spec.server_port, wait, timeout=wait + 30,
                                 what="checking the server port")
+
+    def check_sftp(self) -> None:
+        """autotune moves files and follows logs over SFTP: a host whose sshd offers no SFTP subsystem is refused
+        here, in one line, instead of failing every trial as ssh_lost."""
+        try:
+            self.conn.sftp(lambda s: s.normalize("."), "opening an SFTP session", retry=False)
+        except TrialFailure as e:
+            raise UserError(f"target {self.spec.name} ({self.conn.label}): no SFTP session ({e.detail}); autotune "
+                            "needs the host's SFTP subsystem (sshd_config: Subsystem sftp ...) for logs and files"
+                            ) from None
 
     def check_host(self, command: list[str], extra: list[str] | None = None, search_path: str | None = None) -> None:
         """Connect (host key and authentication problems surface here) and check on the target, in one command,
@@ -95,11 +145,12 @@ class RemoteTarget(Target):
         else:
             found = f"command -v {q([exe])} >/dev/null 2>&1"
         where = f" (searched {search_path}: give an absolute path)" if search_path and "/" not in exe else ""
+        self.check_sftp()
         script = "\n".join([
             FIND_PYTHON,
             "command -v flock >/dev/null 2>&1 || { echo 'autotune: flock (util-linux) is not installed' >&2; exit 1; }",
-            (f"mkdir -p {q([workdir])} && cd {q([workdir])} || "
-             f"{{ echo {q([f'autotune: cannot create workdir {workdir}'])} >&2; exit 1; }}"),
+            *self.guard(),
+            f"cd {q([workdir])} || {{ echo {q([f'autotune: cannot enter workdir {workdir}'])} >&2; exit 1; }}",
             f"{found} || {{ echo {q([f'autotune: server command not found: {exe}{where}'])} >&2; exit 1; }}",
             *(extra or []),
         ])

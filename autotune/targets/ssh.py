@@ -54,7 +54,8 @@ BACKOFF_FIRST = 0.5         # first pause between reconnection attempts; doubles
 BACKOFF_MAX = 8.0
 READ_LIMIT = 4 << 20        # at most this much log is fetched by one read
 USER_NAME = re.compile(r"^[a-z_][a-z0-9_.-]*$")
-DEFAULT_WORKDIR = "/tmp/autotune"
+#: private to the remote user (created 0700; see remote.guard_lines)
+DEFAULT_WORKDIR = "~/.cache/autotune"
 
 
 @dataclass(frozen=True)

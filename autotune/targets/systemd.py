@@ -40,7 +40,7 @@ from autotune.targets.logfollow import LogFollower
 from autotune.targets.base import Deployment
 from autotune.targets.remote import FIND_PYTHON, RemoteTarget, program_line
 from autotune.targets.ssh import Completed, SSHConnection, SSHSpec, sh_command
-from autotune.targets.unitfile import exec_line, render_dropin
+from autotune.targets.unitfile import dropin_problem, exec_line, render_dropin
 
 DROPIN_NAME = "zz-autotune.conf"
 SYSTEMCTL_TIMEOUT = 300.0   # start/stop wait for the unit's own TimeoutStartSec/TimeoutStopSec (90 s by default)
@@ -267,28 +267,48 @@ class SystemdTarget(RemoteTarget):
     # -- backup ------------------------------------------------------------------------------------------------
     def load_backup(self) -> dict[str, object] | None:
         """The pre-tuning backup: the target's copy, else the local one."""
+        self.ensure_private()
         text = self.conn.read_text(self.backup_path)
         if text is None and self.local_backup_path.is_file():
             text = self.local_backup_path.read_text()
         if not text:
             return None
+        return self._checked_backup(text)
+
+    def _checked_backup(self, text: str) -> dict[str, object]:
+        """The backup as autotune wrote it, or a UserError: what restore installs (the drop-in) must be one
+        autotune could have written for this unit, never anything else found in a file on the host."""
+        fix = f"fix or remove it (the local copy is {self.local_backup_path})"
         try:
-            return json.loads(text)
+            backup = json.loads(text)
         except ValueError:
-            raise UserError(f"the unit backup {self.backup_path} on {self.spec.host} is not valid JSON; "
-                            f"fix or remove it (the local copy is {self.local_backup_path})") from None
+            raise UserError(f"the unit backup {self.backup_path} on {self.spec.host} is not valid JSON; {fix}") \
+                from None
+        if not isinstance(backup, dict) or backup.get("unit") != self.unit \
+                or backup.get("dropin_path") != self.dropin_path:
+            raise UserError(f"the unit backup {self.backup_path} on {self.spec.host} is not autotune's backup of "
+                            f"{self.unit}; {fix}")
+        dropin = backup.get("dropin")
+        if dropin is not None:
+            bad = dropin_problem(dropin) if isinstance(dropin, str) else "it is not text"
+            if bad:
+                raise UserError(f"the unit backup {self.backup_path} on {self.spec.host} holds a drop-in autotune "
+                                f"did not write ({bad}); refusing to install it; {fix}")
+        return backup
 
     def ensure_backup(self) -> dict[str, object]:
         """Take the backup of the unit as it is now, unless one exists (it is never overwritten)."""
+        self.ensure_private()
         remote = self.conn.read_text(self.backup_path)
         if remote is not None:
+            backup = self._checked_backup(remote)
             self._keep_local(remote)
-            return json.loads(remote)
+            return backup
         if self.local_backup_path.is_file():
             local = self.local_backup_path.read_text()
-            self.conn.makedirs(self.directory)
+            backup = self._checked_backup(local)
             self.conn.write_bytes(self.backup_path, local.encode(), 0o600, exclusive=True)
-            return json.loads(local)
+            return backup
         props = self.show("LoadState", "ActiveState", "FragmentPath", "DropInPaths", "UnitFileState")
         if props.get("LoadState") not in ("loaded",):
             raise UserError(f"target {self.spec.name}: unit {self.unit} is not loaded on {self.spec.host} "
@@ -309,11 +329,10 @@ class SystemdTarget(RemoteTarget):
             "systemctl_cat": cat.stdout if cat.ok else None,
         }
         text = json.dumps(record, indent=1) + "\n"
-        self.conn.makedirs(self.directory)
         if not self.conn.write_bytes(self.backup_path, text.encode(), 0o600, exclusive=True):
             text = self.conn.read_text(self.backup_path) or text  # another tuner's (earlier) backup wins
         self._keep_local(text)
-        return json.loads(text)
+        return self._checked_backup(text)
 
     def _keep_local(self, text: str) -> None:
         path = self.local_backup_path
@@ -335,18 +354,22 @@ class SystemdTarget(RemoteTarget):
 
     # -- the drop-in -------------------------------------------------------------------------------------------
     def _install_dropin(self, text: str) -> None:
+        # Environment= lines may hold secrets: then only root (systemd) and the owner read the drop-in
+        mode = 0o600 if "\nEnvironment=" in text else 0o644
         if not self.spec.sudo:
             try:
                 self.conn.makedirs(self.dropin_dir)
-                self.conn.write_bytes(self.dropin_path, text.encode(), 0o644)
+                self.conn.write_bytes(self.dropin_path, text.encode(), mode)
             except PermissionError:
                 raise TrialFailure("deploy_failed", f"cannot write {self.dropin_path} on {self.spec.host} as "
                                                     f"{self.spec.user or 'this user'} (set sudo = true?)") from None
             return
-        self.conn.makedirs(self.directory)
-        upload = posixpath.join(self.directory, DROPIN_NAME + ".upload")
-        self.conn.write_bytes(upload, text.encode(), 0o644)
-        result = self.run(["install", "-D", "-m", "0644", upload, self.dropin_path], what="installing the drop-in")
+        self.ensure_private()
+        upload = posixpath.join(self.directory, f"{DROPIN_NAME}.upload-{secrets.token_hex(4)}")
+        self.conn.write_bytes(upload, text.encode(), 0o600, exclusive=True)
+        result = self.run(["install", "-D", "-m", f"{mode:04o}", upload, self.dropin_path],
+                          what="installing the drop-in")
+        self.conn.remove(upload)
         if not result.ok:
             raise TrialFailure("deploy_failed", f"cannot install {self.dropin_path} with sudo -n on "
                                                 f"{self.spec.host}: {result.detail()}")

@@ -72,6 +72,20 @@ def render_dropin(argv: list[str], env: Mapping[str, str], unit: str, path: str,
     return "\n".join(lines) + "\n"
 
 
+def dropin_problem(text: str) -> str | None:
+    """Why ``text`` is not a drop-in ``render_dropin`` could have written (None when it could): only comments,
+    ``[Service]``, a reset ``ExecStart=``, one quoted ``ExecStart="..."`` (no ``-@:+!`` prefix, which would change how
+    systemd runs it) and quoted ``Environment="..."`` lines."""
+    for n, line in enumerate(text.splitlines(), 1):
+        s = line.strip()
+        if not s or s.startswith("#") or s in ("[Service]", "ExecStart="):
+            continue
+        if s.startswith(('ExecStart="', 'Environment="')) and s.endswith('"'):
+            continue
+        return f"line {n}: {s[:80]!r}"
+    return None
+
+
 def render_service(argv: list[str], env: Mapping[str, str], description: str, header: list[str]) -> str:
     """A whole service unit running ``argv``; ``header`` lines are written first as comments."""
     lines = [f"# {line}" if line else "#" for line in header]

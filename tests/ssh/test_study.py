@@ -57,7 +57,9 @@ def finished_ok(r: subprocess.CompletedProcess[str]) -> None:
 
 
 def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None:
-    study = remote_study(tmp_path, sshd, trials=2)
+    # tokens at twice the model's speed: short requests through the tunnel at ten times would be client-bound (each
+    # new connection opens an SSH channel), which the drift check at the end would rightly refuse to measure
+    study = remote_study(tmp_path, sshd, trials=2, args={"sim-speedup": 2})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     finished_ok(r)
     trials = status(study)["trials"]
@@ -77,6 +79,12 @@ def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None
             assert record["argv"] == best["command"]
         else:
             assert "restored the original config" in (tmp_path / "t.log").read_text()
+        # the drift check measures that server through the same tunnel and finds it as recorded
+        r = run_autotune("check", "--study", str(study), "--json", cwd=tmp_path)
+        assert r.returncode == 0, r.stderr + r.stdout
+        checked = json.loads(r.stdout)
+        assert checked["status"] == "ok" and checked["url"].startswith("http://127.0.0.1:")
+        assert {lv["concurrency"] for lv in checked["levels"]} == {1, 4}
     finally:
         target.stop()
         target.close()

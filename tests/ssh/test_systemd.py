@@ -166,7 +166,10 @@ def test_sudo_runs_the_privileged_steps(unit: Unit, unit_spec, cleanup, tmp_path
     restored = target.restore([], {}, tmp_path / "r.log")
     assert restored is not None
     calls = [json.loads(line) for line in sudo_log.read_text().splitlines()]
-    assert ["install", "-D", "-m", "0644", f"{target.directory}/zz-autotune.conf.upload", target.dropin_path] in calls
+    install = next(c for c in calls if c[0] == "install")
+    assert install[:4] == ["install", "-D", "-m", "0644"] and install[5] == target.dropin_path
+    assert install[4].startswith(f"{target.directory}/zz-autotune.conf.upload-")  # a fresh name per upload
+    assert not list(Path(target.directory).glob("zz-autotune.conf.upload*")), "the upload is removed"
     assert ["systemctl", "daemon-reload"] in calls and ["systemctl", "start", unit.name] in calls
     assert any(c[0] == "journalctl" for c in calls) and any(c[:2] == ["systemctl", "show"] for c in calls)
     assert ["rm", "-f", "--", target.dropin_path] in calls

@@ -1,0 +1,179 @@
+"""The configs the tuner queues itself, beside the sampler's proposals.
+
+* Neighbours of the leader (model-based samplers only). After the startup launches (the baseline, the engine's
+  starting points, the sampler's first draws), each launch measures an unmeasured neighbour of the config with the
+  best pooled estimate: one tuned flag moved one place along its values (a wide range by an eighth of it; a flag
+  whose valid range depends on others, like draft tokens, inside that range, and kept at the same place in it when
+  another flag's move changes the range). Steps and topk are ordered and neighbouring configs behave alike, so the
+  optimum is usually next to the incumbent. The sampler proposes whenever the leader has no unmeasured neighbour
+  left, so the search leaves a local optimum for the regions its model favours. Chosen by measurement
+  (scripts/bench_sample_efficiency.py over five emulator profiles): a neighbour at every launch against every
+  other launch or none, 6 startup launches against 4 and 8.
+* Confirmations. The last launches of the budget re-measure the leader and its close rivals (configs whose 95%
+  intervals overlap the leader's), each once, so that the pick rests on more than one lucky measurement; every
+  config's estimate pools all its launches (results.estimates).
+"""
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import results
+from autotune.engines import ArgValue
+from autotune.errors import InvalidConfig
+from autotune.plan import Plan
+from autotune.record import TrialRecord
+from autotune.sampling import MODEL_BASED
+from autotune.space import Space, values_inside
+from autotune.study import ParamSpec
+
+#: after the startup launches, one launch in this many is a neighbour of the leader (0: none; 1: every launch)
+NEIGHBOUR_EVERY = 1
+#: the most launches kept back at the end of the budget to confirm the leader and its close rivals
+CONFIRM_AT_MOST = 3
+#: a flag's values are stepped through in strides of this fraction of them (at least one place)
+STRIDE = 1 / 8
+
+
+@dataclass(frozen=True)
+class Proposal:
+    params: dict[str, ArgValue]     # the sampler's parameters, ready to queue (Space.internal)
+    role: str                       # "neighbour" | "confirmation"
+
+
+def confirm_reserve(budget: int) -> int:
+    """Launches kept for confirmations: none in a very short study."""
+    return min(CONFIRM_AT_MOST, budget // 6)
+
+
+def propose(study: optuna.Study, plan: Plan, budget: int, startup: int, seed: int | None = None) -> Proposal | None:
+    """What to queue before the sampler's next proposal (None: let the sampler propose). ``startup``: launches before
+    the local search starts (the sampler's startup trials)."""
+    trials = study.get_trials(deepcopy=False)
+    if any(t.state == TrialState.WAITING for t in trials) or len(study.directions) > 1:
+        return None
+    launched = results.launches(trials)
+    running = sum(1 for t in trials if t.state == TrialState.RUNNING)
+    left = budget - len(launched) - running
+    # only configs whose trial names every tuned flag can be queued again exactly (a baseline whose fixed args
+    # leave a tuned flag unset cannot: the sampler would fill it in)
+    names = set(plan.space.names)
+    found = {k: e for k, e in results.estimates(study).items()
+             if names <= set(TrialRecord.of(trials[e.trials[0]]).params)}
+    if left <= 0 or not found:
+        return None
+    leader = max(found.values(), key=lambda e: (e.value, -e.trials[0]))
+    if left <= confirm_reserve(budget):
+        return _confirmation(trials, leader, found)
+    if plan.spec.sampler not in MODEL_BASED or not NEIGHBOUR_EVERY:
+        return None  # random search and the grid stay what they say they are
+    done = sorted((TrialRecord.of(t) for t in launched), key=lambda r: r.number)
+    since = NEIGHBOUR_EVERY - 1
+    recent = done[startup:][-since:] if since else []
+    if len(done) < startup or any(r.role == "neighbour" for r in recent):
+        return None
+    rng = random.Random(None if seed is None else seed * 7919 + len(done))
+    return _neighbour(plan.space, TrialRecord.of(trials[leader.trials[0]]).params, _measured_keys(trials), rng)
+
+
+def _confirmation(trials: list[optuna.trial.FrozenTrial], leader: results.Estimate,
+                  found: dict[str, results.Estimate]) -> Proposal | None:
+    rivals = sorted((e for e in found.values() if e is not leader and e.overlaps(leader)), key=lambda e: -e.value)
+    for estimate in (leader, *rivals):
+        if estimate.launches == 1:  # the very parameters the sampler gave that trial: the same config again
+            return Proposal(dict(trials[estimate.trials[0]].params), "confirmation")
+    return None
+
+
+def _measured_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
+    """Config keys a trial already measured or saw fail (proposing them again would only reuse that result)."""
+    keys: set[str] = set()
+    for t in trials:
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING):
+            rec = TrialRecord.of(t)
+            keys.update(k for k in (rec.config_key, rec.applied_key) if k)
+    return keys
+
+
+def _neighbour(space: Space, params: dict[str, ArgValue], measured: set[str], rng: random.Random) -> Proposal | None:
+    """A random unmeasured config one stride from ``params`` in one flag; None when every neighbour is measured."""
+    options = []
+    for p in space.params:
+        if p.name not in params:
+            continue
+        for value in _adjacent(space, p, params):
+            moved = _refit(space, params, {**params, p.name: value})
+            if not all(q.contains(moved[q.name]) for q in space.params if q.name not in space.dependent):
+                continue  # a value the sampler could not suggest (a chain's forced draft count, say)
+            try:
+                key = space.candidate(moved).key
+            except InvalidConfig:
+                continue
+            if key not in measured and key not in {k for _, k in options}:
+                options.append((moved, key))
+    if not options:
+        return None
+    return Proposal(space.internal(rng.choice(options)[0]), "neighbour")
+
+
+def _refit(space: Space, before: dict[str, ArgValue], moved: dict[str, ArgValue]) -> dict[str, ArgValue]:
+    """``moved`` with each dependent flag whose valid range the move changed kept at the same place in its range (a
+    flag that had no choice before, like draft tokens on a chain, goes halfway into the new range, as the engine's
+    starting points place it): widening a tree keeps its fill instead of leaving it at the old draft count."""
+    out = dict(moved)
+    for name in space.dependent:
+        if name not in before or name in (set(moved) - set(before)):
+            continue
+        p = next(q for q in space.params if q.name == name)
+        old, new = _values(space, p, before), _values(space, p, moved)
+        if old == new or not new:
+            continue
+        place = old.index(before[name]) / (len(old) - 1) if before[name] in old and len(old) > 1 else 0.5
+        out[name] = new[round(place * (len(new) - 1))]
+    return out
+
+
+def _adjacent(space: Space, p: ParamSpec, params: dict[str, ArgValue]) -> list[ArgValue]:
+    """The values one stride below and above ``params[p.name]`` among the values ``p`` may take there."""
+    values = _values(space, p, params)
+    current = params[p.name]
+    if not values:
+        return []
+    if isinstance(values, range):  # by arithmetic: a range may hold billions of values
+        here: int | None = min(len(values) - 1, max(0, round((_num(current) - values.start) / values.step)))
+    elif _ordered(values):
+        here = min(range(len(values)), key=lambda i: abs(_num(values[i]) - _num(current)))
+    else:
+        here = next((i for i, v in enumerate(values) if v == current), None)
+    if here is None:
+        return []
+    stride = max(1, round(len(values) * STRIDE))
+    return [values[i] for i in (here - stride, here + stride) if 0 <= i < len(values) and values[i] != current]
+
+
+def _values(space: Space, p: ParamSpec, params: dict[str, ArgValue]) -> list[ArgValue]:
+    """The values of ``p`` in order; a dependent flag's only those the engine accepts given the others."""
+    if p.type == "float" and not p.step:
+        lo, hi = float(p.low), float(p.high)  # type: ignore[arg-type]
+        return [lo + (hi - lo) * i / 16 for i in range(17)]
+    if p.name in space.dependent:
+        valid = space.engine.valid_range(p.name, {**space.fixed, **params})
+        if valid.irrelevant:
+            return []
+        return values_inside(p, valid) or []
+    values = p.values()
+    if p.type == "categorical" and _ordered(values):
+        values = sorted(values, key=_num)
+    return values
+
+
+def _ordered(values: list[ArgValue]) -> bool:
+    """Numbers (a categorical of numbers is ordered too); strings and booleans are not."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _num(value: ArgValue) -> float:
+    return float(value)  # type: ignore[arg-type]

@@ -1,0 +1,50 @@
+"""Warm start: a new study (another engine version, another host, another model) begins with the configs an
+earlier study found best, measured afresh. Only configs cross over, never their values: another host or version is
+another landscape, and the new study's figures alone decide."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from autotune import results
+from autotune.engines import ArgValue
+from autotune.errors import InvalidConfig, UserError
+from autotune.plan import Plan
+from autotune.record import TrialRecord
+from autotune.storage import load_existing_study
+from autotune.study import load_study
+
+
+@dataclass(frozen=True)
+class WarmConfig:
+    params: dict[str, ArgValue]     # the tuned flags, as the new study's space takes them
+    origin: str                     # "study OLD, trial N"
+
+
+def warm_configs(old: str, plan: Plan, limit: int) -> list[WarmConfig]:
+    """The best configs of study ``old`` (a name under ./studies or a study file) that the new study's space holds:
+    confirmed ones (measured by more than one launch) first, then by their pooled estimate; at most ``limit``, none
+    equal to the new study's baseline."""
+    spec = load_study(old)
+    if spec.path.resolve() == plan.spec.path.resolve():
+        raise UserError(f"--warm-start {old}: that is this study; warm start from an earlier one")
+    study = load_existing_study(spec.name, spec.storage)
+    trials = study.get_trials(deepcopy=False)
+    ranked = sorted(results.estimates(study).values(), key=lambda e: (e.launches > 1, e.value), reverse=True)
+    space = plan.space
+    seen = {plan.baseline.key}
+    out: list[WarmConfig] = []
+    for estimate in ranked:
+        rec = TrialRecord.of(trials[estimate.trials[0]])
+        params = {name: rec.params[name] for name in space.names if name in rec.params}
+        if set(params) != set(space.names) or not all(p.contains(params[p.name]) for p in space.params):
+            continue  # the new study tunes other flags, or narrower ranges
+        try:
+            key = space.candidate(params).key
+        except InvalidConfig:
+            continue
+        if key not in seen:
+            seen.add(key)
+            out.append(WarmConfig(params, f"study {spec.name}, trial {rec.number}"))
+        if len(out) >= limit:
+            break
+    return out

@@ -75,7 +75,9 @@ def check(plan: Plan, storage: str) -> dict[str, Any]:
     interval). A config the study never measured is a UserError."""
     study = load_existing_study(plan.spec.name, storage)
     now = bench(plan)
-    running = now["server"]
+    running = {n: v for n, v in now["server"].items() if v is not None}  # the tuned flags the server reports
+    if not running:
+        raise UserError(f"the server at {now['url']} reports none of the tuned flags: its config cannot be told")
     trials = study.get_trials(deepcopy=False)
     same = [t for t in trials if _runs(TrialRecord.of(t), running) and TrialRecord.of(t).feasible]
     if not same:

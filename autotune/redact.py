@@ -38,7 +38,7 @@ def redact_argv(argv: list[str]) -> list[str]:
     out: list[str] = []
     hide = False
     for arg in argv:
-        if hide:
+        if hide and not arg.startswith("-"):  # a secret flag's value (a bare secret-named switch has none)
             out.append(MASK)
             hide = False
         elif arg.startswith("-") and "=" in arg and is_secret(arg.split("=", 1)[0]):

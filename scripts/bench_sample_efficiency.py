@@ -15,9 +15,9 @@ Optuna's RandomSampler over the flags as written, a repeated or rejected draw co
 draw that is truly within 2% (200 runs per seed). Target per mode: single / concurrent on that figure; weighted on
 the geometric mean of both relative to the baseline's true figures; pareto on the hypervolume of the measured front.
 
-Measurement: 128 output tokens, 32 requests per level, concurrency 32, each profile at the emulator speedup where
-concurrency 32 runs at about 15k tok/s, inside what scripts/bench_measurement.py shows this client measures within
-about 1% (issue 15).
+Measurement: 128 output tokens, 32 requests per level, concurrency 32, tolerance 0.05, each profile at the emulator
+speedup where concurrency 32 runs at about 15k tok/s, inside what scripts/bench_measurement.py shows this client
+measures within about 1% (issue 15).
 
 --surrogate runs the same study files in-process instead: the same Space, sampler, search (neighbours,
 confirmations) and pooled pick, with the surface plus Gaussian noise standing in for launches (every measurement off
@@ -70,6 +70,9 @@ from tests.studies import SPEC_SPACE  # noqa: E402
 MODES = ("weighted", "single", "concurrent", "pareto")
 TARGET = 0.98
 MAX_TOKENS = 128
+#: the workload's tolerance: a level's client may take up to half of it (client_bound above that); at c32 and about
+#: 15k tok/s of 128-token requests this client spends 1-2% of each request's time, over the default's 1.5%
+TOLERANCE = 0.05
 #: per profile: the emulator's model shape, and a speedup at which concurrency 32 runs at about 15-17k tok/s, where
 #: this client measures within about 1% (scripts/bench_measurement.py)
 PROFILES: dict[str, dict[str, Any]] = {
@@ -191,10 +194,11 @@ def progress(mode: str, truth: Truth, study: optuna.Study) -> dict[str, Any]:
     pick's share of the optimum after each launch, and trials since the last launch."""
     trials = study.get_trials(deepcopy=False)
     finished = sorted((t for t in trials if t.state in results.FINISHED), key=lambda t: t.number)
+    again = results.retried(trials)  # an attempt cut short for the infrastructure's sake is not a launch
     launches, at, since, picks = 0, None, 0, []
     for n, t in enumerate(finished):
         since += 1
-        if not TrialRecord.of(t).launched:
+        if not TrialRecord.of(t).launched or t.number in again:
             continue
         launches, since = launches + 1, 0
         value = pick_value(mode, truth, study, finished[:n + 1])
@@ -286,6 +290,7 @@ concurrency = {levels}
 requests = 32
 warmup = 1
 max_repeats = 2
+tolerance = {TOLERANCE}
 
 [health]
 interval = 0.25

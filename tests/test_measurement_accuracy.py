@@ -33,7 +33,7 @@ CONFIGS = [(1, 1, 2), (2, 1, 3), (4, 1, 5), (8, 1, 9), (3, 2, 7), (3, 4, 11), (2
 #: own spread stays well inside the limits (96-token requests differ by about 6% in speed, 512-token ones by 3%, and
 #: a window of short requests behind a queue wanders by about 1% per 128 of them)
 SETTINGS = {
-    96: [("single", 16, 128, (1,)), ("concurrent", 2, 96, (8,)), ("concurrent", 2, 256, (32,))],
+    96: [("single", 16, 128, (1,)), ("concurrent", 2, 96, (8,)), ("concurrent", 1, 256, (32,))],
     512: [("single", 16, 32, (1,)), ("concurrent", 8, 32, (8, 32))],
 }
 LIMITS = {1: 0.02, 8: 0.03, 32: 0.03}

@@ -3,16 +3,13 @@ known load mix, a warm start from an earlier study, and a drift check of the dep
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
-import time
 from pathlib import Path
 
-import httpx
 import pytest
 
 from tests.conftest import run_autotune
 from tests.studies import port_of, status, write_study
+from tests.test_stale_server import start_emulator
 
 #: chains of 1, 4 and 8 steps on the qwen122b profile: 8 steps streams fastest alone, 4 steps serves 32 requests best
 #: (`autotune sim surface --study`, below)
@@ -94,29 +91,11 @@ def test_a_warm_start_measures_the_old_best_first(chains: Path, tmp_path: Path) 
     assert not (tmp_path / "other.db").exists()
 
 
-def _serve(port: int, steps: int, speedup: float) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune.sim", "--model-path", "/shared/models/Qwen3.5-122B-A10B", "--tp-size", "4",
-         "--port", str(port), "--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(steps),
-         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", str(steps + 1),
-         "--sim-time-scale", "0.005", "--sim-speedup", str(speedup)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health_generate", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("the emulator did not start")
-
-
 def test_the_drift_check(chains: Path) -> None:
     port = port_of(chains)
     for steps, speedup, code, says in ((4, 4, 0, "as recorded"), (4, 2, 1, "slower than recorded"),
                                        (2, 4, 2, "has not measured")):
-        server = _serve(port, steps, speedup)
+        server = start_emulator(port, steps, 1, steps + 1, speedup)
         try:
             r = run_autotune("check", "--study", str(chains), cwd=chains.parent)
         finally:

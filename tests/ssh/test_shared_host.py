@@ -14,7 +14,9 @@ from autotune.health import wait_ready
 from autotune.targets.process import ProcessTarget
 from autotune.targets.ssh import DEFAULT_WORKDIR
 from autotune.targets.systemd import SystemdTarget
+from tests.ssh.conftest import _spec_factory
 from tests.ssh.helpers import main_pid, server_argv
+from tests.support.sshd import SSHServer
 from tests.ssh.test_systemd import Unit, unit, unit_spec  # noqa: F401  (fixtures)
 
 ENGINE = SGLang()
@@ -85,3 +87,14 @@ def test_a_planted_backup_is_never_installed(unit: Unit, unit_spec, cleanup, tmp
     assert "holds a drop-in autotune did not write" in str(e.value) and "ExecStartPre" in str(e.value)
     assert "ExecStartPre" not in Path(target.dropin_path).read_text()
     assert main_pid(unit.root, unit.name)  # the unit still runs the trial's config
+
+
+def test_a_host_without_sftp_is_refused_at_preflight(cleanup, tmp_path: Path) -> None:
+    server = SSHServer(tmp_path / "nosftp", sftp=False).start()
+    try:
+        target = cleanup(ProcessTarget(_spec_factory(server, tmp_path / "work")(tunnel=False)))
+        with pytest.raises(UserError) as e:
+            target.preflight(server_argv(target.spec.server_port))
+        assert "\n" not in str(e.value) and "no SFTP session" in str(e.value) and "Subsystem sftp" in str(e.value)
+    finally:
+        server.stop()

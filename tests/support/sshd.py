@@ -80,8 +80,10 @@ def _descendants(pid: int) -> list[int]:
 class SSHServer:
     """One sshd on 127.0.0.1:port with its own keys, config and log under ``root``."""
 
-    def __init__(self, root: Path, set_env: dict[str, str] | None = None, user: str = "root") -> None:
+    def __init__(self, root: Path, set_env: dict[str, str] | None = None, user: str = "root",
+                 sftp: bool = True) -> None:
         self.root = Path(root)
+        self.sftp = sftp  # False: a host whose sshd offers no SFTP subsystem
         self.host = "127.0.0.1"
         self.port = free_port()
         self.user = user
@@ -189,7 +191,7 @@ class SSHServer:
             "MaxSessions 50",
             "MaxStartups 100:30:200",
             "PrintMotd no",
-            "Subsystem sftp internal-sftp",
+            *(["Subsystem sftp internal-sftp"] if self.sftp else []),
             "LogLevel VERBOSE",
         ]
         if self.set_env:

@@ -95,7 +95,8 @@ def test_the_drift_check(chains: Path) -> None:
     port = port_of(chains)
     for steps, speedup, code, says in ((4, 4, 0, "as recorded"), (4, 2, 1, "slower than recorded"),
                                        (2, 4, 2, "has not measured")):
-        server = start_emulator(port, steps, 1, steps + 1, speedup)
+        # the study's model (its KV cache, so the same max_running_requests at concurrency 32)
+        server = start_emulator(port, steps, 1, steps + 1, speedup, model="/shared/models/Qwen3.5-122B-A10B")
         try:
             r = run_autotune("check", "--study", str(chains), cwd=chains.parent)
         finally:

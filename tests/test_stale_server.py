@@ -20,9 +20,10 @@ from tests.conftest import free_port, run_autotune
 from tests.studies import status, write_study
 
 
-def start_emulator(port: int, steps: int, topk: int, draft: int, speedup: float = 10) -> subprocess.Popen[bytes]:
+def start_emulator(port: int, steps: int, topk: int, draft: int, speedup: float = 10,
+                   model: str = "/m") -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune.sim", "--model-path", "/m", "--tp-size", "4", "--port", str(port),
+        [sys.executable, "-m", "autotune.sim", "--model-path", model, "--tp-size", "4", "--port", str(port),
          "--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(steps), "--speculative-eagle-topk",
          str(topk), "--speculative-num-draft-tokens", str(draft), "--sim-time-scale", "0.005", "--sim-speedup",
          str(speedup)],

@@ -17,7 +17,7 @@ from autotune.record import TrialRecord
 from autotune.score import metrics_of
 from autotune.storage import load_existing_study
 from autotune.targets import Target, make_target
-from autotune import results
+from autotune import record, results
 
 T = TypeVar("T")
 
@@ -78,13 +78,12 @@ def check(plan: Plan, storage: str) -> dict[str, Any]:
     running = {n: v for n, v in now["server"].items() if v is not None}  # the tuned flags the server reports
     if not running:
         raise UserError(f"the server at {now['url']} reports none of the tuned flags: its config cannot be told")
-    trials = study.get_trials(deepcopy=False)
-    same = [t for t in trials if _runs(TrialRecord.of(t), running) and TrialRecord.of(t).feasible]
+    same = [rec for rec in record.records(study.get_trials(deepcopy=False)) if rec.feasible and _runs(rec, running)]
     if not same:
         shown = ", ".join(f"{k}={v}" for k, v in running.items())
         raise UserError(f"the server at {now['url']} runs a config study {plan.spec.name!r} has not measured "
                         f"({shown}): nothing to compare with")
-    key = TrialRecord.of(same[0]).config_key or ""
+    key = same[0].config_key or ""
     levels = []
     for lv in now["levels"]:
         c, figure = lv["concurrency"], lv["output_tok_s"] or 0.0

@@ -87,16 +87,28 @@ def estimates(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> d
     """Every feasible measured config's pooled estimate (of the objective; of the gain over the baseline on both
     axes for pareto studies), by config key; over ``trials`` (default: the whole study)."""
     grouped: dict[str, list[tuple[int, float, float]]] = {}
-    for t in study.get_trials(deepcopy=False) if trials is None else trials:
-        rec = TrialRecord.of(t)
-        if not rec.feasible or rec.reused_from is not None or rec.config_key is None:
-            continue
+    for t, rec in _measured(study.get_trials(deepcopy=False) if trials is None else trials):
         value = score(t, study)
         precision = UNKNOWN_PRECISION
         if rec.value_ci and len(t.values) == 1 and value:
             precision = max(abs(rec.value_ci[1] - rec.value_ci[0]) / 2 / abs(value), 1e-6)
         grouped.setdefault(rec.config_key, []).append((t.number, value, abs(value) * precision / Z95))
     return {key: _pool(key, runs) for key, runs in grouped.items()}
+
+
+def _measured(trials: list[FrozenTrial]) -> list[tuple[FrozenTrial, TrialRecord]]:
+    """The trials that measured their config themselves (feasible, not reused), with their records."""
+    out = []
+    for t in trials:
+        rec = TrialRecord.of(t)
+        if rec.feasible and rec.reused_from is None and rec.config_key is not None:
+            out.append((t, rec))
+    return out
+
+
+def top(found: dict[str, Estimate]) -> Estimate | None:
+    """The best estimate (the first measured among equals)."""
+    return max(found.values(), key=lambda e: (e.value, -e.trials[0]), default=None)
 
 
 def _pool(key: str, runs: list[tuple[int, float, float]]) -> Estimate:
@@ -110,10 +122,7 @@ def _pool(key: str, runs: list[tuple[int, float, float]]) -> Estimate:
 def level_estimates(study: optuna.Study, concurrency: int) -> dict[str, Estimate]:
     """Every feasible measured config's output tok/s at one concurrency level, pooled over its launches."""
     grouped: dict[str, list[tuple[int, float, float]]] = {}
-    for t in study.get_trials(deepcopy=False):
-        rec = TrialRecord.of(t)
-        if not rec.feasible or rec.reused_from is not None or rec.config_key is None:
-            continue
+    for t, rec in _measured(study.get_trials(deepcopy=False)):
         figure = rec.level(concurrency).get("output_tok_s")
         if not figure:
             continue
@@ -150,16 +159,15 @@ def per_concurrency(study: optuna.Study) -> list[LevelBest]:
     out = []
     for c in levels:
         found = level_estimates(study, c)
-        if found:
-            top = max(found.values(), key=lambda e: (e.value, -e.trials[0]))
-            out.append(LevelBest(c, top, found.get(base_key) if base_key else None))
+        best_here = top(found)
+        if best_here is not None:
+            out.append(LevelBest(c, best_here, found.get(base_key) if base_key else None))
     return out
 
 
 def leader(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> Estimate | None:
     """The config with the best pooled estimate (the first measured among equals)."""
-    found = estimates(study, trials)
-    return max(found.values(), key=lambda e: (e.value, -e.trials[0]), default=None)
+    return top(estimates(study, trials))
 
 
 def best(study: optuna.Study) -> FrozenTrial | None:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import TrialState
 
-from autotune import results
+from autotune import record, results
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
 from autotune.plan import Plan
@@ -63,9 +63,9 @@ def propose(study: optuna.Study, plan: Plan, budget: int, startup: int, seed: in
     names = set(plan.space.names)
     found = {k: e for k, e in results.estimates(study).items()
              if names <= set(TrialRecord.of(trials[e.trials[0]]).params)}
-    if left <= 0 or not found:
+    leader = results.top(found)
+    if left <= 0 or leader is None:
         return None
-    leader = max(found.values(), key=lambda e: (e.value, -e.trials[0]))
     if left <= confirm_reserve(budget):
         return _confirmation(trials, leader, found)
     if plan.spec.sampler not in MODEL_BASED or not NEIGHBOUR_EVERY:
@@ -93,8 +93,7 @@ def _measured_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
     keys: set[str] = set()
     for t in trials:
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING):
-            rec = TrialRecord.of(t)
-            keys.update(k for k in (rec.config_key, rec.applied_key) if k)
+            keys.update(k for k in record.config_keys(t) if k)
     return keys
 
 

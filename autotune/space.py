@@ -122,16 +122,23 @@ class Space:
         out = []
         for point in self.engine.starting_points(values, self.fixed):
             params = {n: v for n, v in point.items() if n in values}
-            if not params or not all(p.contains(params[p.name]) for p in self.params if p.name in params):
-                continue
-            try:
-                key = self.candidate(params).key
-            except InvalidConfig:
-                continue
-            if key not in seen:
-                seen.add(key)
+            if params and self.is_new(params, seen):
                 out.append(params)
         return out
+
+    def is_new(self, params: dict[str, ArgValue], seen: set[str]) -> bool:
+        """Whether ``params`` (tuned flags' values) is a config the sampler could suggest and the engine runs, whose
+        key is not in ``seen`` yet; its key is added when it is."""
+        if not all(p.contains(params[p.name]) for p in self.params if p.name in params):
+            return False
+        try:
+            key = self.candidate(params).key
+        except InvalidConfig:
+            return False
+        if key in seen:
+            return False
+        seen.add(key)
+        return True
 
     def key(self, args: Args) -> str:
         """The config key: every flag but the port, which says where a config runs, not what it is (workers on

@@ -238,13 +238,13 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
         v.fail("study", "pruning",
                "is not available with objective = \"pareto\" (Optuna prunes single objectives only)")
 
-    if (objective == "mix") != bool(v.get(v.table(data, "workload"), "workload", "mix", dict, {})):
-        v.fail("workload", "mix", 'and objective = "mix" go together: the mix gives the load the objective weighs '
-                                  '(e.g. mix = { 1 = 0.2, 8 = 0.5, 32 = 0.3 })')
     targets = _targets(data, v)
     engine = _engine(data, v, path)
     space = _space(data, v, engine)
     workload = _workload(data, v)
+    if (objective == "mix") != bool(workload.mix):
+        v.fail("workload", "mix", 'and objective = "mix" go together: the mix gives the load the objective weighs '
+                                  '(e.g. mix = { 1 = 0.2, 8 = 0.5, 32 = 0.3 })')
     constraints = _constraints(data, v)
     health = _health(data, v)
     if sampler == "grid":

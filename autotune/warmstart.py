@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from autotune import results
 from autotune.engines import ArgValue
-from autotune.errors import InvalidConfig, UserError
+from autotune.errors import UserError
 from autotune.plan import Plan
 from autotune.record import TrialRecord
 from autotune.storage import load_existing_study
@@ -36,14 +36,8 @@ def warm_configs(old: str, plan: Plan, limit: int) -> list[WarmConfig]:
     for estimate in ranked:
         rec = TrialRecord.of(trials[estimate.trials[0]])
         params = {name: rec.params[name] for name in space.names if name in rec.params}
-        if set(params) != set(space.names) or not all(p.contains(params[p.name]) for p in space.params):
-            continue  # the new study tunes other flags, or narrower ranges
-        try:
-            key = space.candidate(params).key
-        except InvalidConfig:
-            continue
-        if key not in seen:
-            seen.add(key)
+        # the new study may tune other flags, or narrower ranges
+        if set(params) == set(space.names) and space.is_new(params, seen):
             out.append(WarmConfig(params, f"study {spec.name}, trial {rec.number}"))
         if len(out) >= limit:
             break

@@ -11,7 +11,7 @@ import pytest
 
 from autotune.cli import main
 from tests.conftest import run_autotune
-from tests.studies import status, write_study
+from tests.studies import launches, status, write_study
 
 SPACE = """
 [space.speculative-num-steps]
@@ -44,7 +44,7 @@ def small_study(factory: pytest.TempPathFactory) -> Path:
                          env={"XDG_STATE_HOME": str(directory / "state")})
         assert r.returncode == 0, r.stderr + r.stdout
         trials = status(path)["trials"]
-        assert sum(t["launched"] for t in trials) == TRIALS, trials
+        assert launches(trials) == TRIALS, trials
         assert any(t["reason"] == "crashed" and t["state"] == "PRUNED" for t in trials), trials
         _made["path"], _made["status"] = path, trials
     return _made["path"]

@@ -89,3 +89,10 @@ def status(path: Path) -> dict[str, Any]:
     r = run_autotune("status", "--study", str(path), "--json")
     assert r.returncode == 0, r.stderr
     return json.loads(r.stdout)
+
+
+def launches(trials: list[dict[str, Any]]) -> int:
+    """The launches a study's budget counts, from `status --json` rows: servers started by trials that were not
+    queued again (an attempt cut short for the infrastructure's sake, like a client_bound level, is retried)."""
+    retried = {t["retry_of"] for t in trials}
+    return sum(t["launched"] and t["number"] not in retried for t in trials)

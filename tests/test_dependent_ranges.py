@@ -14,7 +14,7 @@ from autotune.errors import InvalidConfig
 from autotune.space import FILL, Space
 from autotune.study import load_study
 from tests.conftest import run_autotune
-from tests.studies import SPEC_SPACE, status, write_study
+from tests.studies import SPEC_SPACE, launches, status, write_study
 from tests.test_study import VALID, write
 
 STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
@@ -134,7 +134,7 @@ def test_a_default_study_never_deploys_an_invalid_tree_and_shows_real_flags(tmp_
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     trials = status(study)["trials"]
-    assert sum(t["launched"] for t in trials) == 8
+    assert launches(trials) == 8
     assert not [t for t in trials if t["reason"] == "invalid_config"]
     for t in trials:
         p = t["params"]

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.targets.local import port_open
 from tests.conftest import run_autotune
-from tests.studies import port_of, status, write_study
+from tests.studies import launches, port_of, status, write_study
 
 
 def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> None:
@@ -28,7 +28,7 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     assert [int(n) for n, _, _ in finished] == list(range(len(trials)))
     assert "Traceback" not in r.stderr
     # the budget counts launches: a trial that reused a measurement or was rejected costs none
-    assert sum(t["launched"] for t in trials) == 7
+    assert launches(trials) == 7
     assert [c for _, _, c in finished if c.startswith("launch")] == [f"launch {n}/7" for n in range(1, 8)]
     assert all(t["launched"] == (t["reused_from"] is None and t["reason"] != "invalid_config") for t in trials)
     base = trials[0]
@@ -59,7 +59,7 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     r = run_autotune("run", "--study", str(study), "--launches", "9", cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     trials = status(study)["trials"]
-    assert sum(t["launched"] for t in trials) == 9
+    assert launches(trials) == 9
     assert sum(t["baseline"] for t in trials) == 1
 
 

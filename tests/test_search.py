@@ -7,7 +7,7 @@ import json
 from pathlib import Path
 
 from tests.conftest import run_autotune
-from tests.studies import status, write_study
+from tests.studies import launches, status, write_study
 
 FLAGS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
 
@@ -25,7 +25,7 @@ def test_neighbours_of_the_leader_then_confirmations_within_the_launch_budget(tm
     assert r.returncode == 0, r.stderr + r.stdout
     trials = status(study)["trials"]
     retried = {t["retry_of"] for t in trials}
-    assert sum(t["launched"] and t["number"] not in retried for t in trials) == 12
+    assert launches(trials) == 12
 
     def config(t: dict) -> tuple:
         return tuple(t["params"][f] for f in FLAGS)

@@ -21,7 +21,8 @@ Keys (user attrs of a trial):
     metrics, levels, value_ci  the measurement's flat figures, per-level summaries, the objective's 95% interval
     reason, detail, stage      why it did not give a feasible measurement, and at which stage
     reused_from                the trial whose measurement of the same effective config it copies
-Study user attrs: objective, study_file, study_path, reference (the baseline's figures).
+Study user attrs: objective, study_file, study_path, reference (the baseline's figures), opening (the configs a
+new study measures after its baseline, queued one at a time).
 """
 from __future__ import annotations
 
@@ -329,6 +330,33 @@ def requeue(study: optuna.Study, trial: FrozenTrial) -> None:
     study.add_trial(optuna.trial.create_trial(
         state=TrialState.WAITING, params=trial.params, distributions=trial.distributions, user_attrs=attrs,
         system_attrs=kept))
+
+
+@dataclass(frozen=True)
+class Queued:
+    """A config the tuner queues itself: its parameters (as the sampler gives them), why, and where it came from."""
+
+    params: dict[str, ArgValue]
+    role: str
+    origin: str | None = None
+
+
+def set_opening(study: optuna.Study, opening: Sequence[Queued]) -> None:
+    """Record the configs a new study measures after its baseline (the engine's starting points or a warm start's).
+    They are queued one at a time (``next_opening``), so that a config queued again after a failure that was not its
+    fault (a retried baseline, say) runs next instead of behind all of them."""
+    study.set_user_attr("opening", [{"params": dict(q.params), "role": q.role, "origin": q.origin} for q in opening])
+
+
+def next_opening(study: optuna.Study, trials: Sequence[FrozenTrial]) -> Queued | None:
+    """The next config of the study's opening to queue (None: all of them were); ``trials``: the study's."""
+    opening = study.user_attrs.get("opening") or []
+    roles = {q["role"] for q in opening}
+    queued = sum(1 for t in trials if retry_of(t) is None and any(t.user_attrs.get(r) for r in roles))
+    if queued >= len(opening):
+        return None
+    q = opening[queued]
+    return Queued(q["params"], q["role"], q["origin"])
 
 
 def has_baseline(study: optuna.Study) -> bool:

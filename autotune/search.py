@@ -1,14 +1,19 @@
 """The configs the tuner queues itself, beside the sampler's proposals.
 
+* The opening: a new study's starting points (or a warm start's configs), one at a time whenever the queue is empty,
+  so that a config queued again after a failure that was not its fault runs next, not behind all of them.
 * Neighbours of the leader (model-based samplers only). After the startup launches (the baseline, the engine's
   starting points, the sampler's first draws), each launch measures an unmeasured neighbour of the config with the
   best pooled estimate: one tuned flag moved one place along its values (a wide range by an eighth of it; a flag
   whose valid range depends on others, like draft tokens, inside that range, and kept at the same place in it when
   another flag's move changes the range). Steps and topk are ordered and neighbouring configs behave alike, so the
-  optimum is usually next to the incumbent. The sampler proposes whenever the leader has no unmeasured neighbour
-  left, so the search leaves a local optimum for the regions its model favours. Chosen by measurement
-  (scripts/bench_sample_efficiency.py over five emulator profiles): a neighbour at every launch against every
-  other launch or none, 6 startup launches against 4 and 8.
+  optimum is usually next to the incumbent; which unmeasured neighbour comes first is drawn at random. When the
+  leader has no unmeasured neighbour left, the neighbours of its close rivals (configs whose 95% intervals overlap
+  it: noise may have put the wrong one first) come next, and only then does the sampler propose, so the search
+  leaves a local optimum for the regions its model favours. Chosen by measurement (scripts/bench_sample_efficiency.py
+  over five emulator profiles): a neighbour at every launch against every other launch or none, 6 startup launches
+  against 4 and 8, rivals' neighbours against none; a pattern move (one more step the way the leader's own move
+  went) was no better and is not kept.
 * Confirmations. The last launches of the budget re-measure the leader and its close rivals (configs whose 95%
   intervals overlap the leader's), each once, so that the pick rests on more than one lucky measurement; every
   config's estimate pools all its launches (results.estimates).
@@ -16,7 +21,6 @@
 from __future__ import annotations
 
 import random
-from dataclasses import dataclass
 
 import optuna
 from optuna.trial import TrialState
@@ -25,23 +29,19 @@ from autotune import record, results
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
 from autotune.plan import Plan
-from autotune.record import TrialRecord
+from autotune.record import Queued, TrialRecord
 from autotune.sampling import MODEL_BASED
 from autotune.space import Space, values_inside
 from autotune.study import ParamSpec
 
 #: after the startup launches, one launch in this many is a neighbour of the leader (0: none; 1: every launch)
 NEIGHBOUR_EVERY = 1
+#: when the leader has no unmeasured neighbour left, measure its close rivals' neighbours before the sampler proposes
+RIVALS_NEIGHBOURS = True
 #: the most launches kept back at the end of the budget to confirm the leader and its close rivals
 CONFIRM_AT_MOST = 3
 #: a flag's values are stepped through in strides of this fraction of them (at least one place)
 STRIDE = 1 / 8
-
-
-@dataclass(frozen=True)
-class Proposal:
-    params: dict[str, ArgValue]     # the sampler's parameters, ready to queue (Space.internal)
-    role: str                       # "neighbour" | "confirmation"
 
 
 def confirm_reserve(budget: int) -> int:
@@ -49,12 +49,15 @@ def confirm_reserve(budget: int) -> int:
     return min(CONFIRM_AT_MOST, budget // 6)
 
 
-def propose(study: optuna.Study, plan: Plan, budget: int, startup: int, seed: int | None = None) -> Proposal | None:
+def propose(study: optuna.Study, plan: Plan, budget: int, startup: int, seed: int | None = None) -> Queued | None:
     """What to queue before the sampler's next proposal (None: let the sampler propose). ``startup``: launches before
     the local search starts (the sampler's startup trials)."""
     trials = study.get_trials(deepcopy=False)
-    if any(t.state == TrialState.WAITING for t in trials) or len(study.directions) > 1:
+    if any(t.state == TrialState.WAITING for t in trials):
         return None
+    opening = record.next_opening(study, trials)
+    if opening is not None or len(study.directions) > 1:
+        return opening
     launched = results.launches(trials)
     running = sum(1 for t in trials if t.state == TrialState.RUNNING)
     left = budget - len(launched) - running
@@ -75,16 +78,26 @@ def propose(study: optuna.Study, plan: Plan, budget: int, startup: int, seed: in
     recent = done[startup:][-since:] if since else []
     if len(done) < startup or any(r.role == "neighbour" for r in recent):
         return None
+    measured = _measured_keys(trials)
     rng = random.Random(None if seed is None else seed * 7919 + len(done))
-    return _neighbour(plan.space, TrialRecord.of(trials[leader.trials[0]]).params, _measured_keys(trials), rng)
+    rivals = _rivals(leader, found) if RIVALS_NEIGHBOURS else []
+    for estimate in (leader, *rivals):
+        queued = _neighbour(plan.space, TrialRecord.of(trials[estimate.trials[0]]).params, measured, rng)
+        if queued is not None:
+            return queued
+    return None
+
+
+def _rivals(leader: results.Estimate, found: dict[str, results.Estimate]) -> list[results.Estimate]:
+    """The leader's close rivals, best first: configs whose 95% intervals overlap the leader's."""
+    return sorted((e for e in found.values() if e is not leader and e.overlaps(leader)), key=lambda e: -e.value)
 
 
 def _confirmation(trials: list[optuna.trial.FrozenTrial], leader: results.Estimate,
-                  found: dict[str, results.Estimate]) -> Proposal | None:
-    rivals = sorted((e for e in found.values() if e is not leader and e.overlaps(leader)), key=lambda e: -e.value)
-    for estimate in (leader, *rivals):
+                  found: dict[str, results.Estimate]) -> Queued | None:
+    for estimate in (leader, *_rivals(leader, found)):
         if estimate.launches == 1:  # the very parameters the sampler gave that trial: the same config again
-            return Proposal(dict(trials[estimate.trials[0]].params), "confirmation")
+            return Queued(dict(trials[estimate.trials[0]].params), "confirmation")
     return None
 
 
@@ -97,7 +110,7 @@ def _measured_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
     return keys
 
 
-def _neighbour(space: Space, params: dict[str, ArgValue], measured: set[str], rng: random.Random) -> Proposal | None:
+def _neighbour(space: Space, params: dict[str, ArgValue], measured: set[str], rng: random.Random) -> Queued | None:
     """A random unmeasured config one stride from ``params`` in one flag; None when every neighbour is measured."""
     options = []
     for p in space.params:
@@ -115,7 +128,7 @@ def _neighbour(space: Space, params: dict[str, ArgValue], measured: set[str], rn
                 options.append((moved, key))
     if not options:
         return None
-    return Proposal(space.internal(rng.choice(options)[0]), "neighbour")
+    return Queued(space.internal(rng.choice(options)[0]), "neighbour")
 
 
 def _refit(space: Space, before: dict[str, ArgValue], moved: dict[str, ArgValue]) -> dict[str, ArgValue]:

@@ -156,19 +156,18 @@ class Tuner:
         return study
 
     def _queue_start(self, study: optuna.Study) -> None:
-        """A new study's first configs: the baseline, then an earlier study's best (--warm-start) or the engine's
-        starting points."""
+        """A new study's first configs: the baseline, queued now; then an earlier study's best (--warm-start) or the
+        engine's starting points, recorded as the study's opening and queued one at a time (``_queue_own``)."""
         space = self.plan.space
         record.enqueue(study, space.internal(space.baseline_params()), "baseline")
         if self.options.warm_start:
             warm = self._warm
             log.info("warm start from %s: %d configs measured first (%s)", self.options.warm_start, len(warm),
                      "; ".join(w.origin for w in warm) or "none of its configs fits this study's space")
-            for w in warm:
-                record.enqueue(study, space.internal(w.params), "warm_start", w.origin)
-            return
-        for params in self.plan.starting_points:
-            record.enqueue(study, space.internal(params), "starting_point")
+            opening = [record.Queued(space.internal(w.params), "warm_start", w.origin) for w in warm]
+        else:
+            opening = [record.Queued(space.internal(p), "starting_point") for p in self.plan.starting_points]
+        record.set_opening(study, opening)
 
     def _sweep(self, study: optuna.Study) -> None:
         """Trials left RUNNING on this target by a tuner that died: fail them and queue each config once more.
@@ -265,11 +264,12 @@ class Tuner:
         return "budget" if self.storage.get_heartbeat_interval() is None else "wait"
 
     def _queue_own(self, study: optuna.Study) -> None:
-        """Queue the tuner's own next config (a neighbour of the leader, a confirmation), if it has one."""
+        """Queue the tuner's own next config (the study's next opening config, a neighbour of the leader, a
+        confirmation), if it has one."""
         startup = DEFAULT_STARTUP_TRIALS if self.spec.startup_trials is None else self.spec.startup_trials
-        proposal = search.propose(study, self.plan, self.budget, startup, self.spec.seed)
-        if proposal is not None:
-            record.enqueue(study, proposal.params, proposal.role)
+        queued = search.propose(study, self.plan, self.budget, startup, self.spec.seed)
+        if queued is not None:
+            record.enqueue(study, queued.params, queued.role, queued.origin)
 
     def _requeue_forced(self, study: optuna.Study, number: int | None) -> None:
         """A second signal cut a trial short: Optuna failed it; queue its config again like an interrupted one."""

@@ -1,6 +1,8 @@
 """The engine's starting points: a new study measures informed configs right after the baseline (issue 10)."""
 from __future__ import annotations
 
+import re
+import signal
 from pathlib import Path
 
 from autotune.engines import get_engine
@@ -10,6 +12,7 @@ from autotune.space import Space
 from autotune.study import load_study
 from tests.conftest import run_autotune
 from tests.studies import SPEC_SPACE, status, write_study
+from tests.test_daemon import start_run, wait_for_line
 from tests.test_dependent_ranges import DRAFT, STEPS, TOPK, WIDE, space_of
 from tests.test_study import write
 
@@ -86,10 +89,34 @@ def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> N
     assert [t["starting_point"] for t in trials] == [False, True, True, True]
     assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[1:]] == FULL_SPACE_POINTS[:3]
 
-    # more trials later for the same study are the sampler's own: the starting points were queued when it was made
+    # more trials later for the same study are the sampler's own: the starting points were chosen when it was made
     study.write_text(study.read_text().replace("trials = 4", "trials = 6"))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     trials = status(study)["trials"]
     assert [t["starting_point"] for t in trials] == [False, True, True, True, False, False]
     assert all(t["state"] in ("COMPLETE", "PRUNED") for t in trials)
+
+
+def test_a_baseline_cut_short_runs_again_before_them(tmp_path: Path) -> None:
+    """A config queued again after a failure that was not its fault (here the user's stop during the baseline) is
+    the next one measured: the starting points are queued one at a time, so they never stand in front of it (the
+    weighted objective of each of them needs the baseline first)."""
+    study = write_study(tmp_path, trials=5, space=SPEC_SPACE, args={"sim-time-scale": 0.02},
+                        workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\nwarmup = 1\ntolerance = 0.5")
+    proc = start_run(study)
+    wait_for_line(tmp_path / "t.log", r"trial 0 ready in", proc)
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert re.search(r"trial 0 failed: interrupted .*; its config is queued again", out)
+    queued = [t for t in status(study)["trials"] if t["state"] == "WAITING"]
+    assert [(t["retry_of"], t["baseline"]) for t in queued] == [(0, True)]
+
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    trials = status(study)["trials"]
+    assert trials[1]["retry_of"] == 0 and trials[1]["baseline"] and trials[1]["state"] == "COMPLETE"
+    assert [t["starting_point"] for t in trials[2:]] == [True] * 4
+    assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[2:]] == FULL_SPACE_POINTS[:4]
+    assert all(t["state"] in ("COMPLETE", "PRUNED") for t in trials[1:])

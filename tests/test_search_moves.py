@@ -1,0 +1,66 @@
+"""How the tuner picks its next neighbour (autotune/search.py), on a study whose measurements are given: a leader with
+nothing left around it hands over to its close rivals. The whole search, on the emulator, is tests/test_search.py."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import optuna
+
+from autotune import record, search
+from autotune.plan import Plan, make_plan
+from autotune.study import load_study
+from tests.studies import write_study
+
+STEPS, TOPK = "speculative-num-steps", "speculative-eagle-topk"
+#: steps along a chain or a topk-2 tree (draft tokens fixed): a config's neighbours are steps +-1 and the other topk
+SPACE = """
+[space.speculative-num-steps]
+type = "int"
+low = 1
+high = 8
+[space.speculative-eagle-topk]
+type = "categorical"
+choices = [1, 2]
+"""
+
+
+def new_study(tmp_path: Path) -> tuple[optuna.Study, Plan]:
+    spec = load_study(str(write_study(tmp_path, objective="concurrent", space=SPACE)))
+    return optuna.create_study(direction="maximize"), make_plan(spec)
+
+
+def measure(study: optuna.Study, plan: Plan, steps: int, topk: int, value: float, spread: float = 0.01) -> None:
+    """A launch of (steps, topk) that measured ``value`` with a 95% interval of +-``spread``."""
+    space = plan.space
+    record.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), "neighbour")
+
+    def objective(trial: optuna.Trial) -> float:
+        candidate = space.candidate(space.suggest(trial))
+        record.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
+        record.launched(trial, ["emulator"], "")
+        record.measured(trial, {"concurrent_tok_s": value}, [], [value * (1 - spread), value * (1 + spread)])
+        return value
+
+    study.optimize(objective, n_trials=1)
+
+
+def proposed(study: optuna.Study, plan: Plan, seed: int) -> tuple[int, int] | None:
+    queued = search.propose(study, plan, budget=30, startup=2, seed=seed)
+    if queued is None:
+        return None
+    assert queued.role == "neighbour"
+    return queued.params[STEPS], queued.params[TOPK]
+
+
+def test_a_leader_with_every_neighbour_measured_hands_over_to_a_close_rival(tmp_path: Path) -> None:
+    study, plan = new_study(tmp_path)
+    measure(study, plan, 4, 1, 1100, spread=0.05)
+    measure(study, plan, 3, 1, 1080, spread=0.05)   # inside the leader's interval: it may be the better one
+    measure(study, plan, 5, 1, 800)
+    measure(study, plan, 4, 2, 700)
+    measure(study, plan, 7, 2, 600)                 # far below: not a rival
+    assert {proposed(study, plan, seed) for seed in range(4)} <= {(2, 1), (3, 2)}  # the rival's neighbours
+    measure(study, plan, 2, 1, 900)
+    measure(study, plan, 3, 2, 900)
+    # nothing left around the leader or its rival: the sampler proposes
+    assert proposed(study, plan, 0) is None

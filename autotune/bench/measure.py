@@ -48,6 +48,8 @@ from autotune.study import WorkloadSpec
 
 #: how often a running level checks that the server is still alive and that no stop was requested
 WATCH_INTERVAL = 0.25
+#: seconds a server whose requests failed has to be seen dead (its process exits a moment after its sockets close)
+DEATH_GRACE = 1.0
 #: how often the client's event loop is sampled for lag (seconds)
 LAG_PROBE = 0.005
 
@@ -361,6 +363,11 @@ class Bench:
         self.check()  # a dead server explains the failures best
         if len(failed) / len(result.records) <= self.max_error_rate:
             return
+        # a dying server's requests fail a moment before its process is seen to exit: give it that moment
+        deadline = time.monotonic() + DEATH_GRACE
+        while time.monotonic() < deadline:
+            time.sleep(0.05)
+            self.check()
         stalled = [r for r in failed if r.error and r.error.startswith("stalled")]
         example = (stalled or failed)[0].error
         reason = "stalled" if stalled else "errors"

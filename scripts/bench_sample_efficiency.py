@@ -547,10 +547,15 @@ def main() -> None:
         print(accuracy_table(work, rows, profiles, truths))
 
 
+def stored_study(work: Path, row: dict[str, Any]) -> optuna.Study:
+    """The study behind a results row, from its storage in ``work`` (as run_study left it)."""
+    name = f"{row['profile']}-{row['mode']}-{row['setup']}-{row['seed']}"
+    return load_existing_study(name, f"sqlite:///{work / name}.db")
+
+
 def rescored(work: Path, row: dict[str, Any], truth: Truth) -> dict[str, Any]:
     """``row`` with the launch at which its study's pick came within 2%, and its picks, read again from the study."""
-    name = f"{row['profile']}-{row['mode']}-{row['setup']}-{row['seed']}"
-    state = progress(row["mode"], truth, load_existing_study(name, f"sqlite:///{work / name}.db"))
+    state = progress(row["mode"], truth, stored_study(work, row))
     return {**row, "reached_at": state["reached_at"], "picks": state["picks"], "launches": state["launches"]}
 
 
@@ -560,9 +565,7 @@ def accuracy_table(work: Path, rows: list[dict[str, Any]], profiles: list[str], 
     errors: dict[tuple[str, str], list[float]] = {}
     retries: dict[str, list[int]] = {}
     for r in rows:
-        name = f"{r['profile']}-{r['mode']}-{r['setup']}-{r['seed']}"
-        study = load_existing_study(name, f"sqlite:///{work / name}.db")
-        trials = study.get_trials(deepcopy=False)
+        trials = stored_study(work, r).get_trials(deepcopy=False)
         retries.setdefault(r["profile"], []).append(sum(TrialRecord.of(t).reason == "client_bound" for t in trials))
         truth = truths[r["profile"]]
         for t in trials:

@@ -241,6 +241,8 @@ def check(study_name: str, storage: str | None, target_name: str | None, as_json
             click.echo(f"  c{lv['concurrency']}: {lv['now']:.1f} tok/s now, recorded {lv['recorded']:.1f} "
                        f"[{lv['low']:.1f}, {lv['high']:.1f}] (trials {', '.join(map(str, lv['trials']))}): "
                        f"{lv['verdict']}")
+        if result["measurements"] > 1:
+            click.echo("  (measured again: a level was slower the first time; slower means slower both times)")
         click.echo("slower than recorded" if result["status"] == "slower" else "as recorded")
     if result["status"] == "slower":
         sys.exit(1)

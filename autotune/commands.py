@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.bench.measure import Bench
@@ -72,7 +73,8 @@ def check(plan: Plan, storage: str) -> dict[str, Any]:
     """Measure the server as deployed now and compare each level with the study's record of the config it runs
     (found by the tuned flags /server_info reports). "status": "ok" (every level within or above the recorded 95%
     interval) or "slower" (a level whose new figure, even at the top of its own interval, is below the recorded
-    interval). A config the study never measured is a UserError."""
+    interval, in two measurements one after the other; "measurements" says how many were made, the figures shown are
+    the last one's). A config the study never measured is a UserError."""
     study = load_existing_study(plan.spec.name, storage)
     now = bench(plan)
     running = {n: v for n, v in now["server"].items() if v is not None}  # the tuned flags the server reports
@@ -84,8 +86,26 @@ def check(plan: Plan, storage: str) -> dict[str, Any]:
         raise UserError(f"the server at {now['url']} runs a config study {plan.spec.name!r} has not measured "
                         f"({shown}): nothing to compare with")
     key = same[0].config_key or ""
+    levels = _compare(study, key, now["levels"])
+    measurements = 1
+    if any(lv["verdict"] == "slower" for lv in levels):
+        # measured again: a passing burst of load on the host or on the measuring machine must not fail the check
+        slower = {lv["concurrency"] for lv in levels if lv["verdict"] == "slower"}
+        levels = _compare(study, key, bench(plan)["levels"])
+        measurements = 2
+        for lv in levels:
+            if lv["verdict"] == "slower" and lv["concurrency"] not in slower:
+                lv["verdict"] = "ok"
+    status = "slower" if any(lv["verdict"] == "slower" for lv in levels) else "ok"
+    return {"status": status, "url": now["url"], "server": running, "trial": same[0].number, "levels": levels,
+            "measurements": measurements}
+
+
+def _compare(study: optuna.Study, key: str, measured: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each measured level against the study's pooled record of the config ``key`` at that level (levels the study
+    has no record of are left out)."""
     levels = []
-    for lv in now["levels"]:
+    for lv in measured:
         c, figure = lv["concurrency"], lv["output_tok_s"] or 0.0
         recorded = results.level_estimates(study, c).get(key)
         if recorded is None:
@@ -94,8 +114,7 @@ def check(plan: Plan, storage: str) -> dict[str, Any]:
         verdict = "slower" if top < recorded.low else ("faster" if figure > recorded.high else "ok")
         levels.append({"concurrency": c, "now": figure, "recorded": recorded.value, "low": recorded.low,
                        "high": recorded.high, "trials": list(recorded.trials), "verdict": verdict})
-    status = "slower" if any(lv["verdict"] == "slower" for lv in levels) else "ok"
-    return {"status": status, "url": now["url"], "server": running, "trial": same[0].number, "levels": levels}
+    return levels
 
 
 def _runs(rec: TrialRecord, running: dict[str, Any]) -> bool:

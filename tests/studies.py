@@ -91,8 +91,13 @@ def status(path: Path) -> dict[str, Any]:
     return json.loads(r.stdout)
 
 
-def launches(trials: list[dict[str, Any]]) -> int:
-    """The launches a study's budget counts, from `status --json` rows: servers started by trials that were not
-    queued again (an attempt cut short for the infrastructure's sake, like a client_bound level, is retried)."""
+def kept(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """`status --json` rows without the attempts that were queued again (cut short for the infrastructure's sake,
+    like a client_bound level on a busy machine): the trials a user counts."""
     retried = {t["retry_of"] for t in trials}
-    return sum(t["launched"] and t["number"] not in retried for t in trials)
+    return [t for t in trials if t["number"] not in retried]
+
+
+def launches(trials: list[dict[str, Any]]) -> int:
+    """The launches a study's budget counts, from `status --json` rows."""
+    return sum(t["launched"] for t in kept(trials))

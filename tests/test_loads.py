@@ -104,5 +104,5 @@ def test_the_drift_check(chains: Path) -> None:
             server.wait()
         assert r.returncode == code, (steps, speedup, r.stdout, r.stderr)
         assert says in r.stdout + r.stderr
-        if code == 1:
-            assert "slower" in r.stdout and "recorded" in r.stdout
+        if code == 1:  # measured twice before it says so
+            assert "slower" in r.stdout and "recorded" in r.stdout and "measured again" in r.stdout

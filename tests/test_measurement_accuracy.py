@@ -29,15 +29,18 @@ from tests.support import reference_client
 CONFIGS = [(1, 1, 2), (2, 1, 3), (4, 1, 5), (8, 1, 9), (3, 2, 7), (3, 4, 11), (2, 8, 9), (8, 8, 11)]
 #: max_tokens -> measurements: (objective, emulator speedup, requests per level, concurrency levels). Fast enough
 #: for a test, slow enough that both clients keep up (the single stream is timed by the server, so it may run fast;
-#: a short request under load spends a fixed few milliseconds in the client, about 1% of a 96-token request at x1,
-#: so those levels run at the model's own speed); enough requests that the figures'
-#: own spread stays well inside the limits (96-token requests differ by about 6% in speed, 512-token ones by 3%, and
-#: a window of short requests behind a queue wanders by about 1% per 128 of them)
+#: a request under load spends a fixed few milliseconds in the client, about 1% of a 96-token request at x1 or of a
+#: 512-token one at x4, so those levels run at those speeds); enough requests that the figures' own spread stays
+#: inside the limits (96-token requests differ by about 6% in speed, 512-token ones by 3%). At concurrency 32, above
+#: every one of these configs' max_running_requests (8-25), requests wait in the server's queue and the figure
+#: wanders with how their arrivals bunch into prefills: a window of 256 96-token requests on (2, 1, 3) (21 running)
+#: read from +0.3% to +4.0% of the truth over six runs, and the reference client's window wanders as much, hence the
+#: wider limit there
 SETTINGS = {
     96: [("single", 16, 128, (1,)), ("concurrent", 1, 96, (8,)), ("concurrent", 1, 256, (32,))],
-    512: [("single", 16, 32, (1,)), ("concurrent", 8, 32, (8, 32))],
+    512: [("single", 16, 32, (1,)), ("concurrent", 4, 32, (8, 32))],
 }
-LIMITS = {1: 0.02, 8: 0.03, 32: 0.03}
+LIMITS = {1: 0.02, 8: 0.03, 32: 0.04}
 
 
 def _space(steps: int, topk: int, draft: int) -> str:

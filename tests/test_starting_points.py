@@ -11,7 +11,7 @@ from autotune.sampling import initial_design
 from autotune.space import Space
 from autotune.study import load_study
 from tests.conftest import run_autotune
-from tests.studies import SPEC_SPACE, status, write_study
+from tests.studies import SPEC_SPACE, kept, status, write_study
 from tests.test_daemon import start_run, wait_for_line
 from tests.test_dependent_ranges import DRAFT, STEPS, TOPK, WIDE, space_of
 from tests.test_study import write
@@ -84,7 +84,7 @@ def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> N
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "trial 1 [starting point] COMPLETE: steps=3 topk=1 draft-tokens=4" in r.stdout
-    trials = status(study)["trials"]
+    trials = kept(status(study)["trials"])
     assert [t["baseline"] for t in trials] == [True, False, False, False]
     assert [t["starting_point"] for t in trials] == [False, True, True, True]
     assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[1:]] == FULL_SPACE_POINTS[:3]
@@ -93,7 +93,7 @@ def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> N
     study.write_text(study.read_text().replace("trials = 4", "trials = 6"))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
-    trials = status(study)["trials"]
+    trials = kept(status(study)["trials"])
     assert [t["starting_point"] for t in trials] == [False, True, True, True, False, False]
     assert all(t["state"] in ("COMPLETE", "PRUNED") for t in trials)
 

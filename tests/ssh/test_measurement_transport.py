@@ -1,6 +1,7 @@
 """Measuring through an ssh-process target's default transport (the port forward over the real sshd on loopback):
 at any token rate the figures agree with the truth as the direct ones do, or the level fails as client_bound with
-its reason; never a silent error above 3%."""
+its reason; never a silent error beyond what the figure's own spread allows (a tunnel the client cannot keep up
+through reads 10-60% low)."""
 from __future__ import annotations
 
 import sys
@@ -22,9 +23,12 @@ from tests.studies import write_study
 
 ENGINE = get_engine("sglang")
 MAX_TOKENS = 128
-#: the single stream (timed by the server) and a window of 256 short requests at concurrency 32 (behind the server's
-#: queue, short requests' windows wander by about 1% per 128 of them)
+#: the single stream (timed by the server) and a window of 256 short requests at concurrency 32
 RUNS = ((1, 32), (32, 256))
+#: how far a right figure may be from the truth: the single stream is timed by the server (within 0.5%); a window of
+#: 256 requests at c32 wanders by about 1-1.5% (sd) with how queued arrivals bunch into prefills, and on (3, 1, 4)
+#: it read +1.7% above the truth on average over 18 windows at x2 and x8 (the reference client: +0.7% over 5)
+LIMITS = {1: 0.03, 32: 0.05}
 
 
 def _space(steps: int, topk: int, draft: int) -> str:
@@ -71,10 +75,10 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
     table = "\n".join(f"x{k} c{c} {how}: " + (f"{got:.0f} vs truth {want:.0f} ({got / want - 1:+.1%})"
                                                 if isinstance(got, float) else got) for k, c, how, want, got in rows)
     print(table)
-    for _, _, _, want, got in rows:
+    for _, level, _, want, got in rows:
         if isinstance(got, str):
             assert "the client fell behind the server" in got and "outside the server" in got, table
         else:
-            assert abs(got / want - 1) <= 0.03, table
+            assert abs(got / want - 1) <= LIMITS[level], table
     # at the lowest speed every figure is measured, through the tunnel too
     assert all(isinstance(got, float) for k, _, _, _, got in rows if k == 2), table

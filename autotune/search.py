@@ -4,28 +4,31 @@
   so that a config queued again after a failure that was not its fault runs next, not behind all of them.
 * Neighbours of the leader (model-based samplers only). After the startup launches (the baseline, the engine's
   starting points, the sampler's first draws), each launch measures an unmeasured neighbour of the config with the
-  best pooled estimate: one tuned flag moved one place along its values (a wide range by an eighth of it; a flag
-  whose valid range depends on others, like draft tokens, inside that range, and kept at the same place in it when
-  another flag's move changes the range). Steps and topk are ordered and neighbouring configs behave alike, so the
-  optimum is usually next to the incumbent; which unmeasured neighbour comes first is drawn at random. When the
-  leader has no unmeasured neighbour left, the neighbours of its close rivals (configs whose 95% intervals overlap
-  it: noise may have put the wrong one first) come next, and only then does the sampler propose, so the search
-  leaves a local optimum for the regions its model favours. Chosen by measurement (scripts/bench_sample_efficiency.py
-  over five emulator profiles): a neighbour at every launch against every other launch or none, 6 startup launches
-  against 4 and 8, rivals' neighbours against none; a pattern move (one more step the way the leader's own move
-  went) was no better and is not kept.
+  best pooled estimate or of its close rivals (configs whose 95% intervals overlap it: noise may have put the wrong
+  one first): one tuned flag moved one place along its values (a wide range by an eighth of it; a flag whose valid
+  range depends on others, like draft tokens, inside that range, and kept at the same place in it when another
+  flag's move changes the range). Steps and topk are ordered and neighbouring configs behave alike, so the optimum
+  is usually next to the incumbent. Which neighbour comes first is the local model's call (local_model.py: a small
+  Gaussian process over every config measured so far ranks them by its optimistic value), at random while it has
+  too few points. When no neighbour is left, the sampler proposes, so the search leaves a local optimum for the
+  regions its model favours. Chosen by measurement (scripts/bench_sample_efficiency.py over five emulator
+  profiles): a neighbour at every launch against every other launch or none, 6 startup launches against 4 and 8,
+  rivals' neighbours against none, the model's order against a random one (llama8b weighted within 2% by launch
+  10.5 instead of more than 15 in 30 surrogate seeds; no row later); a pattern move (one more step the way the
+  leader's own move went) was no better and is not kept.
 * Confirmations. The last launches of the budget re-measure the leader and its close rivals (configs whose 95%
   intervals overlap the leader's), each once, so that the pick rests on more than one lucky measurement; every
   config's estimate pools all its launches (results.estimates).
 """
 from __future__ import annotations
 
+import math
 import random
 
 import optuna
 from optuna.trial import TrialState
 
-from autotune import record, results
+from autotune import local_model, record, results
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
 from autotune.plan import Plan
@@ -80,12 +83,10 @@ def propose(study: optuna.Study, plan: Plan, budget: int, startup: int, seed: in
         return None
     measured = _measured_keys(trials)
     rng = random.Random(None if seed is None else seed * 7919 + len(done))
+    points = _points(plan.space, trials, found)
     rivals = _rivals(leader, found) if RIVALS_NEIGHBOURS else []
-    for estimate in (leader, *rivals):
-        queued = _neighbour(plan.space, TrialRecord.of(trials[estimate.trials[0]]).params, measured, rng)
-        if queued is not None:
-            return queued
-    return None
+    around = [TrialRecord.of(trials[e.trials[0]]).params for e in (leader, *rivals)]
+    return _neighbour(plan.space, around, measured, points, rng)
 
 
 def _rivals(leader: results.Estimate, found: dict[str, results.Estimate]) -> list[results.Estimate]:
@@ -110,9 +111,56 @@ def _measured_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
     return keys
 
 
-def _neighbour(space: Space, params: dict[str, ArgValue], measured: set[str], rng: random.Random) -> Queued | None:
-    """A random unmeasured config one stride from ``params`` in one flag; None when every neighbour is measured."""
-    options = []
+def _points(space: Space, trials: list[optuna.trial.FrozenTrial],
+            found: dict[str, results.Estimate]) -> list[local_model.Point]:
+    """What the local model learns from: every measured config's pooled estimate, and every config a launch found
+    infeasible or stopped early (failures of the infrastructure are not the config's and are left out)."""
+    points = []
+    for e in found.values():
+        params = TrialRecord.of(trials[e.trials[0]]).params
+        if e.value > 0:
+            points.append(local_model.Point(_places(space, params), math.log(e.value),
+                                            (e.high - e.low) / 2 / results.Z95 / e.value))
+    for t in results.launches(trials):
+        rec = TrialRecord.of(t)
+        if t.state == TrialState.FAIL or rec.feasible or rec.config_key in found:
+            continue
+        if set(space.names) <= set(rec.params):
+            points.append(local_model.Point(_places(space, rec.params)))
+    return points
+
+
+def _places(space: Space, params: dict[str, ArgValue]) -> tuple[float, ...]:
+    """A config's coordinates for the local model: each tuned flag's place among the values it may take there."""
+    out = []
+    for p in space.params:
+        values = _values(space, p, params)
+        here = _index(values, params.get(p.name))
+        out.append(0.5 if here is None or len(values) < 2 else here / (len(values) - 1))
+    return tuple(out)
+
+
+def _neighbour(space: Space, around: list[dict[str, ArgValue]], measured: set[str], points: list[local_model.Point],
+               rng: random.Random) -> Queued | None:
+    """The most promising unmeasured config one stride in one flag from any config of ``around`` (the leader and its
+    close rivals), by the local model; while the model has too few points, a random neighbour of the first one that
+    has any. None when every neighbour is measured."""
+    options: list[tuple[dict[str, ArgValue], str]] = []
+    for params in around:
+        options += _moves(space, params, measured | {k for _, k in options})
+        if options and not local_model.informed(points):
+            break
+    if not options:
+        return None
+    rng.shuffle(options)
+    unordered = [not _ordered(p.values()) if p.type == "categorical" else False for p in space.params]
+    order = local_model.rank(points, [_places(space, moved) for moved, _ in options], unordered)
+    return Queued(space.internal(options[order[0]][0]), "neighbour")
+
+
+def _moves(space: Space, params: dict[str, ArgValue], measured: set[str]) -> list[tuple[dict[str, ArgValue], str]]:
+    """The unmeasured configs one stride from ``params`` in one flag, with their keys."""
+    options: list[tuple[dict[str, ArgValue], str]] = []
     for p in space.params:
         if p.name not in params:
             continue
@@ -126,9 +174,7 @@ def _neighbour(space: Space, params: dict[str, ArgValue], measured: set[str], rn
                 continue
             if key not in measured and key not in {k for _, k in options}:
                 options.append((moved, key))
-    if not options:
-        return None
-    return Queued(space.internal(rng.choice(options)[0]), "neighbour")
+    return options
 
 
 def _refit(space: Space, before: dict[str, ArgValue], moved: dict[str, ArgValue]) -> dict[str, ArgValue]:
@@ -152,18 +198,22 @@ def _adjacent(space: Space, p: ParamSpec, params: dict[str, ArgValue]) -> list[A
     """The values one stride below and above ``params[p.name]`` among the values ``p`` may take there."""
     values = _values(space, p, params)
     current = params[p.name]
-    if not values:
-        return []
-    if isinstance(values, range):  # by arithmetic: a range may hold billions of values
-        here: int | None = min(len(values) - 1, max(0, round((_num(current) - values.start) / values.step)))
-    elif _ordered(values):
-        here = min(range(len(values)), key=lambda i: abs(_num(values[i]) - _num(current)))
-    else:
-        here = next((i for i, v in enumerate(values) if v == current), None)
+    here = _index(values, current)
     if here is None:
         return []
     stride = max(1, round(len(values) * STRIDE))
     return [values[i] for i in (here - stride, here + stride) if 0 <= i < len(values) and values[i] != current]
+
+
+def _index(values: list[ArgValue], current: ArgValue | None) -> int | None:
+    """Where ``current`` lies among ``values`` (the nearest of ordered ones); None if it is not there."""
+    if not values or current is None:
+        return None
+    if isinstance(values, range):  # by arithmetic: a range may hold billions of values
+        return min(len(values) - 1, max(0, round((_num(current) - values.start) / values.step)))
+    if _ordered(values):
+        return min(range(len(values)), key=lambda i: abs(_num(values[i]) - _num(current)))
+    return next((i for i, v in enumerate(values) if v == current), None)
 
 
 def _values(space: Space, p: ParamSpec, params: dict[str, ArgValue]) -> list[ArgValue]:

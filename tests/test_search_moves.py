@@ -1,5 +1,6 @@
-"""How the tuner picks its next neighbour (autotune/search.py), on a study whose measurements are given: a leader with
-nothing left around it hands over to its close rivals. The whole search, on the emulator, is tests/test_search.py."""
+"""How the tuner picks its next neighbour (autotune/search.py), on a study whose measurements are given: the move the
+measurements so far favour comes first, and a leader with nothing left around it hands over to its close rivals.
+The whole search, on the emulator, is tests/test_search.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -64,3 +65,15 @@ def test_a_leader_with_every_neighbour_measured_hands_over_to_a_close_rival(tmp_
     measure(study, plan, 3, 2, 900)
     # nothing left around the leader or its rival: the sampler proposes
     assert proposed(study, plan, 0) is None
+
+
+def test_the_neighbour_the_measurements_favour_comes_first(tmp_path: Path) -> None:
+    study, plan = new_study(tmp_path)
+    # deeper chains keep getting faster; the topk-2 trees measured so far are slower than the chains beside them
+    for steps, topk, value in ((2, 1, 700), (3, 1, 850), (4, 1, 1000), (2, 2, 600), (3, 2, 700)):
+        measure(study, plan, steps, topk, value)
+    # the leader (4, 1) has two unmeasured neighbours, (5, 1) and (4, 2): every seed goes deeper first
+    assert {proposed(study, plan, seed) for seed in range(6)} == {(5, 1)}
+    measure(study, plan, 5, 1, 1100)
+    # the trend goes on from the new leader, not back to the trees
+    assert {proposed(study, plan, seed) for seed in range(6)} == {(6, 1)}

@@ -73,7 +73,7 @@ def test_only_model_based_samplers_get_them(tmp_path: Path) -> None:
 
 
 def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> None:
-    workload = "max_tokens = 16\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 0\nmax_repeats = 1\ntolerance = 0.5"
+    workload = "max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 0\nmax_repeats = 1\ntolerance = 0.5"
     study = write_study(tmp_path, trials=4, space=SPEC_SPACE, workload=workload)
     listed = run_autotune("validate", "--study", str(study), cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr

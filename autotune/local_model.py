@@ -1,0 +1,91 @@
+"""Which unmeasured neighbour of the leader to measure first: a small Gaussian process over the configs measured so far.
+
+Each config is a point with one coordinate per tuned flag: its place among the values that flag may take there (0 to
+1; for a flag whose range depends on others, like draft tokens, its place inside that range, as search.py moves it).
+Ordered flags are close when their places are; an unordered one (a string, a boolean) is either the same or not.
+The model is fitted to the log of each config's pooled value, with each measurement's own precision as its noise;
+a config that failed or was stopped early counts at the worst value seen, so the model learns where not to go. The
+length scale is the one of a few under which the measurements are most likely. Neighbours are ranked by the
+model's optimistic value (mean plus ``KAPPA`` standard deviations): the most promising move first.
+
+Kept small on purpose: a few to a few hundred points and a handful of candidates, in numpy. Optuna's GPSampler does
+the same over the whole space but needs torch (an optional extra) and proposes anywhere; here only the incumbent's
+neighbours are in question.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+#: length scales (in places: a whole flag's range is 1) tried; the likeliest is used
+LENGTHSCALES = (0.15, 0.25, 0.4, 0.7, 1.2)
+#: optimism: candidates are ranked by the model's mean plus this many standard deviations
+KAPPA = 1.0
+#: the least noise assumed for a measurement (relative standard deviation)
+MIN_NOISE = 0.01
+#: measured values needed before the model ranks anything (fewer: the caller's own order stands)
+MIN_POINTS = 3
+
+
+@dataclass(frozen=True)
+class Point:
+    """A config's coordinates (its place per tuned flag) and, if it was measured, the log of its value and that
+    value's noise."""
+
+    places: tuple[float, ...]
+    log_value: float | None = None  # None: failed or stopped early
+    noise: float = MIN_NOISE        # relative standard deviation of the value
+
+
+def informed(measured: Sequence[Point]) -> bool:
+    """Whether the model has enough measured values to rank anything."""
+    return sum(p.log_value is not None for p in measured) >= MIN_POINTS
+
+
+def rank(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], unordered: Sequence[bool]) -> list[int]:
+    """Indices of ``candidates``, most promising first; their given order when the model has too little to go on."""
+    if not informed(measured) or not candidates:
+        return list(range(len(candidates)))
+    values = [p.log_value for p in measured if p.log_value is not None]
+    floor = min(values)
+    x = np.array([p.places for p in measured], dtype=float)
+    y = np.array([floor if p.log_value is None else p.log_value for p in measured])
+    noise = np.array([max(p.noise, MIN_NOISE) ** 2 for p in measured])
+    mask = np.array(unordered, dtype=bool)
+    mean = float(y.mean())
+    signal = max(float(y.var()), 1e-4)
+    fits = [_fit(x, y - mean, noise, signal, ell, mask) for ell in LENGTHSCALES]
+    best = max(fits, key=lambda f: f.likelihood)
+    c = np.array(candidates, dtype=float)
+    k = signal * _kernel(c, x, best.lengthscale, mask)
+    mu = mean + k @ best.alpha
+    v = np.linalg.solve(best.chol, k.T)
+    sd = np.sqrt(np.maximum(signal - (v * v).sum(axis=0), 0.0))
+    score = mu + KAPPA * sd
+    return sorted(range(len(candidates)), key=lambda i: -score[i])
+
+
+@dataclass
+class _Fit:
+    lengthscale: float
+    chol: np.ndarray
+    alpha: np.ndarray
+    likelihood: float
+
+
+def _fit(x: np.ndarray, y: np.ndarray, noise: np.ndarray, signal: float, ell: float, mask: np.ndarray) -> _Fit:
+    k = signal * _kernel(x, x, ell, mask) + np.diag(noise)
+    chol = np.linalg.cholesky(k + 1e-9 * np.eye(len(y)))
+    alpha = np.linalg.solve(chol.T, np.linalg.solve(chol, y))
+    likelihood = -0.5 * float(y @ alpha) - float(np.log(np.diag(chol)).sum()) - 0.5 * len(y) * math.log(2 * math.pi)
+    return _Fit(ell, chol, alpha, likelihood)
+
+
+def _kernel(a: np.ndarray, b: np.ndarray, ell: float, mask: np.ndarray) -> np.ndarray:
+    """Squared-exponential on the places; an unordered flag adds a full unit of distance when it differs."""
+    d = np.abs(a[:, None, :] - b[None, :, :])
+    d = np.where(mask, (d > 0).astype(float), d)
+    return np.exp(-0.5 * (d ** 2).sum(axis=2) / ell ** 2)

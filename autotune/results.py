@@ -79,6 +79,11 @@ class Estimate:
     def launches(self) -> int:
         return len(self.trials)
 
+    @property
+    def relative_sd(self) -> float:
+        """The estimate's standard error relative to its value (from its 95% interval)."""
+        return (self.high - self.low) / 2 / Z95 / abs(self.value) if self.value else math.inf
+
     def overlaps(self, other: Estimate) -> bool:
         return self.high >= other.low and other.high >= self.low
 

@@ -119,8 +119,7 @@ def _points(space: Space, trials: list[optuna.trial.FrozenTrial],
     for e in found.values():
         params = TrialRecord.of(trials[e.trials[0]]).params
         if e.value > 0:
-            points.append(local_model.Point(_places(space, params), math.log(e.value),
-                                            (e.high - e.low) / 2 / results.Z95 / e.value))
+            points.append(local_model.Point(_places(space, params), math.log(e.value), e.relative_sd))
     for t in results.launches(trials):
         rec = TrialRecord.of(t)
         if t.state == TrialState.FAIL or rec.feasible or rec.config_key in found:

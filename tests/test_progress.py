@@ -114,7 +114,7 @@ def test_nothing_extra_when_not_a_terminal(log_to: logging.Logger) -> None:
 
 def test_run_on_a_terminal_shows_progress_between_clean_log_lines(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=2, args={"sim-time-scale": 0.001},
-                        workload="max_tokens = 16\nconcurrency = [1, 2]\nrequests = 2\nwarmup = 0\nmax_repeats = 1"
+                        workload="max_tokens = 48\nconcurrency = [1, 2]\nrequests = 2\nwarmup = 0\nmax_repeats = 1"
                                 "\ntolerance = 0.5")
     master, slave = pty.openpty()
     env = {**os.environ, "TERM": "xterm", "COLUMNS": "200", "XDG_STATE_HOME": str(tmp_path / "state")}
@@ -148,4 +148,5 @@ def test_run_on_a_terminal_shows_progress_between_clean_log_lines(tmp_path: Path
     assert status == ""
     stamped = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")
     assert lines and all(stamped.match(line) for line in lines), [ln for ln in lines if not stamped.match(ln)]
-    assert any(re.search(r"trial 1 (\[starting point\] )?(COMPLETE|PRUNED)", line) for line in lines)
+    # trial 1, or its retry when a busy machine cut it short as client_bound
+    assert any(re.search(r"trial \d+ (\[starting point\] )?(COMPLETE|PRUNED)", line) for line in lines), lines

@@ -29,6 +29,10 @@ RUNS = ((1, 32), (32, 256))
 #: 256 requests at c32 wanders by about 1-1.5% (sd) with how queued arrivals bunch into prefills, and on (3, 1, 4)
 #: it read +1.7% above the truth on average over 18 windows at x2 and x8 (the reference client: +0.7% over 5)
 LIMITS = {1: 0.03, 32: 0.05}
+#: the emulator's token rate: at the model's own speed (c32 about 1.7k tok/s) the client keeps up through the tunnel
+#: even on a busy 2-core machine (at x2 a loaded CI machine spent 1.6% of the time outside the server, against 1.5%
+#: allowed); at x32 it cannot keep up on any machine here
+SPEEDUPS = (1, 32)
 
 
 def _space(steps: int, topk: int, draft: int) -> str:
@@ -53,7 +57,7 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
                                                   cleanup, tmp_path: Path) -> None:
     steps, topk, draft = config
     rows = []
-    for speedup in (2, 32):
+    for speedup in SPEEDUPS:
         study = write_study(tmp_path, f"k{speedup}", space=_space(*config), args={
             "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft,
             "sim-speedup": speedup, "sim-time-scale": 0.001},
@@ -81,4 +85,4 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
         else:
             assert abs(got / want - 1) <= LIMITS[level], table
     # at the lowest speed every figure is measured, through the tunnel too
-    assert all(isinstance(got, float) for k, _, _, _, got in rows if k == 2), table
+    assert all(isinstance(got, float) for k, _, _, _, got in rows if k == SPEEDUPS[0]), table

@@ -21,7 +21,8 @@ Measurement: 128 output tokens, 32 requests per level, concurrency 32, tolerance
 speedup where concurrency 32 runs at about 7-8k tok/s, where scripts/bench_measurement.py shows this client measuring
 within about 1% over longer windows (issue 15) and where it keeps up on a slow 2-core machine. A last table checks
 how far that holds here, against the truth: every launch's single-stream and concurrent figures against the truth
-for its config, and the attempts retried because the client fell behind.
+for its config, how often each figure's 95% interval held the truth, and the attempts retried because the client
+fell behind.
 
 --surrogate runs the same study files in-process instead: the same Space, sampler, search (neighbours,
 confirmations) and pooled pick, with the truth plus Gaussian noise standing in for launches (each launch's
@@ -31,8 +32,10 @@ evidence.
 
 Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,...] [--modes weighted,concurrent]
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
+           [--report]
 Results go to DIR/results.jsonl (one line per study); a run skips the studies already there, so it can be resumed
-or extended, and the table is printed from everything in the file that matches the selection.
+or extended, and the table is printed from everything in the file that matches the selection (--report prints it
+without running the missing studies).
 """
 from __future__ import annotations
 
@@ -497,6 +500,7 @@ def main() -> None:
     ap.add_argument("--parallel", type=int, default=1, help="studies at once (more distorts the measurements)")
     ap.add_argument("--out", type=Path, default=REPO / ".bench" / "sample_efficiency")
     ap.add_argument("--surrogate", action="store_true", help="in-process screen: the truth plus noise, no launches")
+    ap.add_argument("--report", action="store_true", help="run nothing: print the tables from the results so far")
     args = ap.parse_args()
     profiles, modes, setups = args.profiles.split(","), args.modes.split(","), args.setups.split(",")
     for name, known in ((profiles, PROFILES), (modes, MODES), (setups, SETUPS)):
@@ -519,7 +523,7 @@ def main() -> None:
     have = {(r["profile"], r["mode"], r["setup"], r["seed"], r["cap"]) for r in done}
     truths = {p: truth_of(p, args.out) for p in profiles}
     todo = [(p, m, s, seed) for seed in seeds_of(args.seeds) for p in profiles for m in modes for s in setups
-            if (p, m, s, seed, args.cap) not in have]
+            if (p, m, s, seed, args.cap) not in have and not args.report]
     lock = threading.Lock()
     optuna.logging.set_verbosity(optuna.logging.ERROR)
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
@@ -574,8 +578,10 @@ def rescored(work: Path, row: dict[str, Any], truth: Truth) -> dict[str, Any]:
 
 def accuracy_table(work: Path, rows: list[dict[str, Any]], profiles: list[str], truths: dict[str, Truth]) -> str:
     """Per profile and figure: launches measured, median and 90th percentile of |measured / truth - 1|, the worst
-    error (signed), the share of launches off by more than 5%; and the client_bound retries per study."""
+    error (signed), the share of launches off by more than 5%, the share whose 95% interval held the truth; and the
+    client_bound retries per study."""
     errors: dict[tuple[str, str], list[float]] = {}
+    held: dict[tuple[str, str], list[bool]] = {}
     retries: dict[str, list[int]] = {}
     for r in rows:
         trials = stored_study(work, r).get_trials(deepcopy=False)
@@ -585,12 +591,18 @@ def accuracy_table(work: Path, rows: list[dict[str, Any]], profiles: list[str], 
             rec, key = TrialRecord.of(t), config_of(t)
             if not rec.feasible or rec.reused_from is not None or key not in truth.single:
                 continue
+            metrics = t.user_attrs.get("metrics") or {}
             for figure, table_ in (("single", truth.single), ("concurrent", truth.concurrent)):
-                measured = (t.user_attrs.get("metrics") or {}).get(f"{figure}_tok_s")
+                measured = metrics.get(f"{figure}_tok_s")
                 if measured:
-                    errors.setdefault((r["profile"], figure), []).append(measured / table_[key] - 1)
+                    error = measured / table_[key] - 1
+                    errors.setdefault((r["profile"], figure), []).append(error)
+                    level = 1 if figure == "single" else metrics.get("concurrency")
+                    half = rec.level(level).get("output_tok_s_rel_ci")
+                    if half is not None:
+                        held.setdefault((r["profile"], figure), []).append(abs(error) <= half * (1 + error))
     lines = [f"{'profile':9} {'figure':11} {'launches':>8} {'median':>7} {'p90':>7} {'worst':>7} {'>5%':>5}"
-             f" {'client_bound per study':>23}"]
+             f" {'95% held':>8} {'client_bound per study':>23}"]
     for p in profiles:
         for figure in ("single", "concurrent"):
             e = errors.get((p, figure), [])
@@ -600,8 +612,12 @@ def accuracy_table(work: Path, rows: list[dict[str, Any]], profiles: list[str], 
             worst = max(e, key=abs)
             lines.append(f"{p:9} {figure:11} {len(e):8d} {statistics.median(a):7.1%} {a[int(0.9 * (len(a) - 1))]:7.1%}"
                          f" {worst:+7.1%} {sum(x > 0.05 for x in a) / len(a):5.0%}"
-                         f" {statistics.mean(retries[p]):23.1f}")
+                         f" {_share(held.get((p, figure), [])):>8} {statistics.mean(retries[p]):23.1f}")
     return "\n".join(lines)
+
+
+def _share(flags: list[bool]) -> str:
+    return f"{sum(flags) / len(flags):.0%}" if flags else "-"
 
 
 if __name__ == "__main__":

@@ -23,6 +23,12 @@ high = 32
 """
 
 
+def one_config_space(steps: int, topk: int, draft: int) -> str:
+    """A space of one config: every study trial measures it, and `sim surface --study` computes its truth alone."""
+    return "".join(f'[space.{name}]\ntype = "categorical"\nchoices = [{value}]\n' for name, value in (
+        ("speculative-num-steps", steps), ("speculative-eagle-topk", topk), ("speculative-num-draft-tokens", draft)))
+
+
 def write_study(
     directory: Path,
     name: str = "t",

@@ -8,7 +8,7 @@ from pathlib import Path
 import optuna
 
 from tests.conftest import free_port, run_autotune
-from tests.studies import status, write_study
+from tests.studies import one_config_space, status, write_study
 from tests.test_stale_server import start_emulator
 
 FAST = "max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1\nstall_timeout = 2\ntolerance = 0.5"
@@ -122,11 +122,10 @@ def test_bench_measures_what_is_deployed_now(tmp_path: Path) -> None:
     # at twice the model's speed the client keeps up on a busy machine (at ten times it fell behind at c4)
     server = start_emulator(port, steps=3, topk=1, draft=4, speedup=2)
     try:
-        # the space names only the deployed config, so the truth (`sim surface --study`) is computed for it alone
-        space = "".join(f'[space.{name}]\ntype = "categorical"\nchoices = [{value}]\n' for name, value in (
-            ("speculative-num-steps", 3), ("speculative-eagle-topk", 1), ("speculative-num-draft-tokens", 4)))
         workload = "max_tokens = 256\nconcurrency = [1, 4]\nrequests = 8\nwarmup = 1\ntolerance = 0.1"
-        study = write_study(tmp_path, port=port, space=space, args={"sim-speedup": 2}, workload=workload)
+        # the deployed config alone, so `sim surface --study` computes only its truth
+        study = write_study(tmp_path, port=port, space=one_config_space(3, 1, 4), args={"sim-speedup": 2},
+                            workload=workload)
         r = run_autotune("bench", "--study", str(study), "--json", cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         out = json.loads(r.stdout)

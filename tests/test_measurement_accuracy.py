@@ -23,7 +23,7 @@ from autotune.bench.workload import PromptStream, load_prompts
 from autotune.plan import make_plan
 from autotune.sim.surface import study_surface
 from autotune.study import load_study
-from tests.studies import write_study
+from tests.studies import one_config_space, write_study
 from tests.support import reference_client
 
 CONFIGS = [(1, 1, 2), (2, 1, 3), (4, 1, 5), (8, 1, 9), (3, 2, 7), (3, 4, 11), (2, 8, 9), (8, 8, 11)]
@@ -41,11 +41,6 @@ SETTINGS = {
     512: [("single", 16, 32, (1,)), ("concurrent", 4, 32, (8, 32))],
 }
 LIMITS = {1: 0.02, 8: 0.03, 32: 0.04}
-
-
-def _space(steps: int, topk: int, draft: int) -> str:
-    return "".join(f'[space.{name}]\ntype = "categorical"\nchoices = [{value}]\n' for name, value in (
-        ("speculative-num-steps", steps), ("speculative-eagle-topk", topk), ("speculative-num-draft-tokens", draft)))
 
 
 @pytest.fixture
@@ -93,7 +88,7 @@ def _measure(directory: Path, name: str, config: tuple[int, int, int], max_token
              speedup: int, requests: int, levels: tuple[int, ...], seed: int, emulator, tagged) -> list[tuple]:
     """One emulator run: the truth, `autotune bench`'s figures and the reference client's, per level."""
     steps, topk, draft = config
-    study = write_study(directory, name, objective=objective, space=_space(*config), args={
+    study = write_study(directory, name, objective=objective, space=one_config_space(*config), args={
         "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft,
         "sim-speedup": speedup, "sim-time-scale": 0.001},
         workload=f"max_tokens = {max_tokens}\nconcurrency = {list(levels)}\nrequests = {requests}\nwarmup = 1")

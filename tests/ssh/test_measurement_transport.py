@@ -19,7 +19,7 @@ from autotune.sim.surface import study_surface
 from autotune.study import WorkloadSpec, load_study
 from autotune.targets.process import ProcessTarget
 from tests.ssh.conftest import SpecFactory
-from tests.studies import write_study
+from tests.studies import one_config_space, write_study
 
 ENGINE = get_engine("sglang")
 MAX_TOKENS = 128
@@ -33,11 +33,6 @@ LIMITS = {1: 0.03, 32: 0.05}
 #: even on a busy 2-core machine (at x2 a loaded CI machine spent 1.6% of the time outside the server, against 1.5%
 #: allowed); at x32 it cannot keep up on any machine here
 SPEEDUPS = (1, 32)
-
-
-def _space(steps: int, topk: int, draft: int) -> str:
-    return "".join(f'[space.{name}]\ntype = "categorical"\nchoices = [{value}]\n' for name, value in (
-        ("speculative-num-steps", steps), ("speculative-eagle-topk", topk), ("speculative-num-draft-tokens", draft)))
 
 
 def _figure(url: str, prompts: list[str], level: int, requests: int) -> float | str:
@@ -58,7 +53,7 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
     steps, topk, draft = config
     rows = []
     for speedup in SPEEDUPS:
-        study = write_study(tmp_path, f"k{speedup}", space=_space(*config), args={
+        study = write_study(tmp_path, f"k{speedup}", space=one_config_space(*config), args={
             "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft,
             "sim-speedup": speedup, "sim-time-scale": 0.001},
             workload=f"max_tokens = {MAX_TOKENS}\nconcurrency = [1, 32]\nrequests = 32")

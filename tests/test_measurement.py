@@ -1,12 +1,21 @@
-"""Measurements a user can trust: failures under load, memory and latency constraints, staged pruning, and
-`autotune bench` measuring what is deployed now."""
+"""Measurements a user can trust: failures under load, a server stopped mid-measurement, memory and latency
+constraints, staged pruning, and `autotune bench` measuring what is deployed now."""
 from __future__ import annotations
 
 import json
+import signal
+import threading
+import time
 from pathlib import Path
 
 import optuna
+import pytest
 
+from autotune.bench.measure import Bench
+from autotune.bench.workload import load_prompts
+from autotune.engines import get_engine
+from autotune.errors import TrialFailure
+from autotune.study import WorkloadSpec
 from tests.conftest import free_port, run_autotune
 from tests.studies import one_config_space, status, write_study
 from tests.test_stale_server import start_emulator
@@ -32,6 +41,40 @@ def test_failures_under_load_have_reasons_and_teach_the_sampler(tmp_path: Path) 
         assert t.state == optuna.trial.TrialState.PRUNED
         assert t.constraints == {"failed": 1.0}
         assert t.user_attrs["stage"] == "measuring"
+
+
+@pytest.mark.timeout(60)
+def test_a_server_stopped_mid_level_fails_the_measurement_at_once(tmp_path: Path) -> None:
+    """SIGTERM (what `systemctl stop` sends) while 32 requests are in flight: the server shuts down, new connections
+    are refused, and the measurement must end as the server's failure within moments, having sent a few hundred
+    requests at most (the client once went on sending failed requests, thousands a second, for good)."""
+    port = free_port()
+    # an 8B model on one GPU: its requests finish quickly, so its slots are often between requests, connecting
+    server = start_emulator(port, steps=3, topk=1, draft=4, speedup=1.5, model="/shared/models/Llama-3.1-8B-Instruct",
+                            profile="llama8b", tp=1)
+    workload = WorkloadSpec(max_tokens=128, concurrency=(32,), requests=1000, warmup=1, max_repeats=1)
+
+    def check() -> None:
+        if server.poll() is not None:
+            raise TrialFailure("crashed", f"the server exited with {server.returncode}")
+
+    bench = Bench(f"http://127.0.0.1:{port}", get_engine("sglang"), workload, load_prompts("builtin", tmp_path),
+                  check=check, levels=(32,))
+    stopper = threading.Timer(1.0, server.send_signal, (signal.SIGTERM,))
+    stopper.start()
+    started = time.monotonic()
+    try:
+        with pytest.raises(TrialFailure) as failure:
+            bench.run()
+    finally:
+        stopper.cancel()
+        server.kill()
+        server.wait()
+    assert failure.value.reason in ("crashed", "errors"), failure.value
+    assert time.monotonic() - started < 10
+    records = [r for rep in bench.measurement.repeats for lv in rep for r in lv.records]
+    assert 32 <= len(records) < 500
+    assert any(r.cancelled for r in records), "the requests in flight when the level ended were cut off"
 
 
 def test_memory_and_latency_constraints(tmp_path: Path) -> None:

@@ -20,13 +20,13 @@ from tests.conftest import free_port, run_autotune
 from tests.studies import status, write_study
 
 
-def start_emulator(port: int, steps: int, topk: int, draft: int, speedup: float = 10,
-                   model: str = "/m") -> subprocess.Popen[bytes]:
+def start_emulator(port: int, steps: int, topk: int, draft: int, speedup: float = 10, model: str = "/m",
+                   profile: str | None = None, tp: int = 4) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune.sim", "--model-path", model, "--tp-size", "4", "--port", str(port),
+        [sys.executable, "-m", "autotune.sim", "--model-path", model, "--tp-size", str(tp), "--port", str(port),
          "--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(steps), "--speculative-eagle-topk",
          str(topk), "--speculative-num-draft-tokens", str(draft), "--sim-time-scale", "0.005", "--sim-speedup",
-         str(speedup)],
+         str(speedup), *(("--sim-profile", profile) if profile else ())],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     deadline = time.monotonic() + 30
     while time.monotonic() < deadline:

@@ -269,14 +269,17 @@ class Bench:
     async def _single(self, client: httpx.AsyncClient, level: LevelResult, n: int) -> None:
         """``n`` requests one after another."""
         t0 = time.perf_counter()
+        closed = asyncio.Event()
 
         async def one_at_a_time() -> None:
             for _ in range(n):
+                if closed.is_set():
+                    return
                 rec = RequestRecord(1, time.perf_counter() - t0, max_tokens=self.workload.max_tokens)
                 level.records.append(rec)
                 await self._request(client, rec, t0)
 
-        await self._supervise(level, [one_at_a_time()], asyncio.Event())
+        await self._supervise(level, [one_at_a_time()], closed)
 
     async def _steady(self, client: httpx.AsyncClient, level: LevelResult, requests: int) -> None:
         """``level.concurrency`` requests in flight until ``requests`` have finished inside the steady-state window
@@ -316,7 +319,10 @@ class Bench:
 
     async def _supervise(self, level: LevelResult, work: list[Awaitable[None]], closed: asyncio.Event) -> None:
         """Run ``work`` while watching the server, stop requests and failures, and the client's own load; when
-        ``closed`` is set, cut off whatever is still in flight."""
+        ``closed`` is set, cut off whatever is still in flight. ``work`` must return once ``closed`` is set: it is
+        set before the work is cancelled too, since a cancellation that lands in a connection attempt can come back
+        as a failed request (anyio reports it as "All connection attempts failed") instead of ending the task; a
+        worker that went on would send request after request to a server that is gone."""
         tasks = [asyncio.ensure_future(w) for w in work]
         probe = asyncio.ensure_future(self._probe_lag(level.load))
         closing = asyncio.ensure_future(closed.wait())
@@ -335,14 +341,15 @@ class Bench:
                                      or len(level.failed) > self.max_error_rate * max(len(level.records), 10)):
                     self._judge(level)  # failing fast: the rest would only fail or wait out their timeouts too
         finally:
+            closed.set()
+            in_flight = [r for r in level.records if r.ok and r.finish_reason is None]
             for t in (*tasks, probe, closing):
                 t.cancel()
             await asyncio.gather(*tasks, probe, closing, return_exceptions=True)
             elapsed = time.perf_counter() - wall
             level.load.cpu = (time.process_time() - cpu) / elapsed if elapsed > 0 else 0.0
-            for r in level.records:
-                if r.ok and r.finish_reason is None:
-                    r.cancelled = True
+            for r in in_flight:  # cut off, whatever the cancellation was reported as
+                r.error, r.cancelled = None, True
 
     @staticmethod
     async def _probe_lag(load: ClientLoad) -> None:

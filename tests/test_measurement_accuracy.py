@@ -27,18 +27,19 @@ from tests.studies import one_config_space, write_study
 from tests.support import reference_client
 
 CONFIGS = [(1, 1, 2), (2, 1, 3), (4, 1, 5), (8, 1, 9), (3, 2, 7), (3, 4, 11), (2, 8, 9), (8, 8, 11)]
-#: max_tokens -> measurements: (objective, emulator speedup, requests per level, concurrency levels). Fast enough
-#: for a test, slow enough that both clients keep up (the single stream is timed by the server, so it may run fast;
-#: a request under load spends a fixed few milliseconds in the client and the emulator's HTTP stack, about 1% of a
+#: max_tokens -> measurements: (objective, emulator speedup, requests per level, concurrency levels). Fast enough for
+#: a test, slow enough that both clients keep up (the single stream is timed by the server, so it may run fast; a
+#: request under load spends a fixed few milliseconds in the client and the emulator's HTTP stack, about 1% of a
 #: 96-token request at x1 or of a 512-token one at x4 here; on a slower CI machine (8, 8, 11)'s 96-token requests at
 #: c8 and x1 spent 1.6% there, over the 1.5% a 3% tolerance allows, so that level runs at half the model's speed);
 #: enough requests that the figures' own spread stays inside the limits (96-token requests differ by about 6% in
-#: speed, 512-token ones by 3%). At concurrency 32, above every one of these configs' max_running_requests (8-25),
-#: requests wait in the server's queue and the figure wanders with how their arrivals bunch into prefills: a window
-#: of 256 96-token requests on (2, 1, 3) (21 running) read from +0.3% to +4.0% of the truth over six runs, and the
-#: reference client's window wanders as much, hence the wider limit there
+#: speed, 512-token ones by 3%; (8, 8, 11)'s more: 96 of them at c8 read 2.7% above the truth, so that level takes
+#: 160). At concurrency 32, above every one of these configs' max_running_requests (8-25), requests wait in the
+#: server's queue and the figure wanders with how their arrivals bunch into prefills: a window of 256 96-token
+#: requests on (2, 1, 3) (21 running) read from +0.3% to +4.0% of the truth over six runs, and the reference client's
+#: window wanders as much, hence the wider limit there
 SETTINGS = {
-    96: [("single", 16, 128, (1,)), ("concurrent", 0.5, 96, (8,)), ("concurrent", 1, 256, (32,))],
+    96: [("single", 16, 128, (1,)), ("concurrent", 0.5, 160, (8,)), ("concurrent", 1, 256, (32,))],
     512: [("single", 16, 32, (1,)), ("concurrent", 4, 32, (8, 32))],
 }
 LIMITS = {1: 0.02, 8: 0.03, 32: 0.04}

@@ -17,22 +17,22 @@ Optuna's RandomSampler over the flags as written, a repeated or rejected draw co
 draw that is truly within 2% (200 runs per seed). Target per mode: single / concurrent on that figure; weighted on
 the geometric mean of both relative to the baseline's true figures; pareto on the hypervolume of the measured front.
 
-Measurement: 128 output tokens, 32 requests per level, concurrency 32, tolerance 0.05, each profile at the emulator
-speedup where concurrency 32 runs at about 7-8k tok/s, where scripts/bench_measurement.py shows this client measuring
-within about 1% over longer windows (issue 15) and where it keeps up on a slow 2-core machine. A last table checks
-how far that holds here, against the truth: every launch's single-stream and concurrent figures against the truth
-for its config, how often each figure's 95% interval held the truth, and the attempts retried because the client
-fell behind.
+Measurement: 128 output tokens, 32 requests per level (--requests), concurrency 32, tolerance 0.05, each profile at
+the emulator speedup where concurrency 32 runs at about 7-8k tok/s, where scripts/bench_measurement.py shows this
+client measuring within about 1% over longer windows (issue 15) and where it keeps up on a slow 2-core machine. A
+last table checks how far that holds here, against the truth: every launch's single-stream and concurrent figures
+against the truth for its config, how often each figure's 95% interval held the truth, and the attempts retried
+because the client fell behind.
 
 --surrogate runs the same study files in-process instead: the same Space, sampler, search (neighbours,
 confirmations) and pooled pick, with the truth plus Gaussian noise standing in for launches (each launch's
-single-stream figure off by sd 1%, its concurrent figure by sd 2.5%, as configs measured twice in the real runs
-show; each config by a fixed bias of sd 0.5%). It screens setups over many seeds in seconds; it is not the
-evidence.
+single-stream figure off by sd 1%, its concurrent figure by sd 2.5%, as the real runs' launches against the truth
+show; with --requests 128, 0.5% and 1.7%; each config by a fixed bias of sd 0.5%). It screens setups over many seeds
+in seconds; it is not the evidence.
 
 Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,...] [--modes weighted,concurrent]
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
-           [--report]
+           [--report] [--requests 32]
 Results go to DIR/results.jsonl (one line per study); a run skips the studies already there, so it can be resumed
 or extended, and the table is printed from everything in the file that matches the selection (--report prints it
 without running the missing studies).
@@ -77,6 +77,8 @@ from tests.studies import SPEC_SPACE  # noqa: E402
 MODES = ("weighted", "single", "concurrent", "pareto")
 TARGET = 0.98
 MAX_TOKENS = 128
+#: requests per level (the single stream's, and those finishing inside a concurrency level's window); --requests
+REQUESTS = 32
 #: the workload's tolerance: a level's client may take up to half of it (client_bound above that); at c32 and about
 #: 8k tok/s of 128-token requests this client spends 1.5-2% of each request's time in `autotune bench` and 3-5% in
 #: `autotune run` on a slow machine, over the default's 1.5%
@@ -119,9 +121,11 @@ MODULES = {"search": search, "local_model": local_model}
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"
 POLL = 1.0
-#: the surrogate's measurement error, as the real runs of this script show it: every launch's single-stream and
-#: concurrent figures (sd, from configs measured twice: about 1% and 2-3%), and each config's own bias (sd)
-SURROGATE_NOISE, SURROGATE_BIAS = (0.01, 0.025), 0.005
+#: the surrogate's measurement error per --requests, as the real runs of this script show it: every launch's
+#: single-stream and concurrent figures against the truth (sd: 1.0-1.3% and 2.1-2.7% over 240 launches with 32
+#: requests; with 128 the concurrent figure's was 1.7% over 149 launches, and the single stream's is taken to halve,
+#: as its requests are independent), and each config's own bias (sd)
+SURROGATE_NOISE, SURROGATE_BIAS = {32: (0.01, 0.025), 128: (0.005, 0.017)}, 0.005
 #: a study whose sampler proposed only measured configs this many trials in a row has converged: stopped
 STUCK_TRIALS = 60
 
@@ -269,7 +273,8 @@ def random_oracle(mode: str, truth: Truth, seeds: list[int]) -> float:
 # -- one study --------------------------------------------------------------------------------------------------
 
 
-def write_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int) -> Path:
+def write_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int,
+                requests: int = REQUESTS) -> Path:
     p = PROFILES[profile]
     name = f"{profile}-{mode}-{setup}-{seed}"
     lines = [f"{k} = {json.dumps(v)}" for k, v in SETUPS[setup].items() if not k.startswith("_")]
@@ -306,7 +311,7 @@ sim-speedup = {p['speedup']}
 [workload]
 max_tokens = {MAX_TOKENS}
 concurrency = {levels}
-requests = 32
+requests = {requests}
 warmup = 1
 max_repeats = 2
 tolerance = {TOLERANCE}
@@ -320,10 +325,11 @@ timeout = 60
     return path
 
 
-def run_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int, truth: Truth) -> dict[str, Any]:
+def run_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int, truth: Truth,
+              requests: int = REQUESTS) -> dict[str, Any]:
     """`autotune run` on a fresh study with a budget of ``cap`` launches (the tuner stops itself there, having
     spent its last launches on confirmations); stopped early only if it has converged."""
-    path = write_study(work, profile, mode, setup, seed, cap)
+    path = write_study(work, profile, mode, setup, seed, cap, requests)
     name = path.stem
     db = work / f"{name}.db"
     for old in (db, work / f"{name}.log"):
@@ -342,12 +348,13 @@ def run_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: i
             "exit": proc.returncode}
 
 
-def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int,
-                    truth: Truth) -> dict[str, Any]:
+def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int, truth: Truth,
+                    requests: int = REQUESTS) -> dict[str, Any]:
     """The same study file, plan, sampler and search (the tuner's own proposals, the pooled pick) in-process; the
-    truth plus noise stands in for each launch: every measurement off by a normal error (sd SURROGATE_NOISE) and
-    each config by a fixed bias of its own (sd SURROGATE_BIAS)."""
-    path = write_study(work, profile, mode, setup, seed, cap)
+    truth plus noise stands in for each launch: every measurement off by a normal error (sd SURROGATE_NOISE at
+    ``requests``) and each config by a fixed bias of its own (sd SURROGATE_BIAS)."""
+    path = write_study(work, profile, mode, setup, seed, cap, requests)
+    noise = SURROGATE_NOISE[requests]
     spec = load_study(str(path))
     plan = make_plan(spec)
     space = plan.space
@@ -383,14 +390,13 @@ def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, 
             trial.set_constraint("failed", 1.0)
             raise optuna.TrialPruned()
         bs, bc = bias.setdefault(key, (rng.gauss(0, SURROGATE_BIAS), rng.gauss(0, SURROGATE_BIAS)))
-        s = truth.single[key] * (1 + bs + rng.gauss(0, SURROGATE_NOISE[0]))
-        c = truth.concurrent[key] * (1 + bc + rng.gauss(0, SURROGATE_NOISE[1]))
+        s = truth.single[key] * (1 + bs + rng.gauss(0, noise[0]))
+        c = truth.concurrent[key] * (1 + bc + rng.gauss(0, noise[1]))
         reference[:] = reference or [s, c]
         trial.set_constraint("failed", 0.0)
         if mode == "pareto":
             return [s, c]
         value = {"single": s, "concurrent": c}.get(mode, math.sqrt(s / reference[0] * c / reference[1]))
-        noise = SURROGATE_NOISE
         sd = {"single": noise[0], "concurrent": noise[1]}.get(mode, math.hypot(*noise) / 2)
         record.measured(trial, {"single_tok_s": s, "concurrent_tok_s": c}, [],
                         [value * (1 - 2 * sd), value * (1 + 2 * sd)])
@@ -501,6 +507,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / ".bench" / "sample_efficiency")
     ap.add_argument("--surrogate", action="store_true", help="in-process screen: the truth plus noise, no launches")
     ap.add_argument("--report", action="store_true", help="run nothing: print the tables from the results so far")
+    ap.add_argument("--requests", type=int, default=REQUESTS,
+                    help="requests per level (a window of N at concurrency 32 holds N/32 generations of requests); "
+                         "results of each N are kept apart")
     args = ap.parse_args()
     profiles, modes, setups = args.profiles.split(","), args.modes.split(","), args.setups.split(",")
     for name, known in ((profiles, PROFILES), (modes, MODES), (setups, SETUPS)):
@@ -515,7 +524,11 @@ def main() -> None:
             import torch  # noqa: F401
         except ImportError:
             ap.error("the gp setups need torch: pip install -e '.[gp]'")
+    if args.surrogate and args.requests not in SURROGATE_NOISE:
+        ap.error(f"the surrogate knows the noise of {', '.join(map(str, SURROGATE_NOISE))} requests per level only")
     out = args.out / ("surrogate" if args.surrogate else "emulator")
+    if args.requests != REQUESTS:
+        out = out.with_name(f"{out.name}-r{args.requests}")
     work = out / "studies"
     work.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.jsonl"
@@ -532,8 +545,10 @@ def main() -> None:
 
     def one(item: tuple[str, str, str, int]) -> None:
         p, m, s, seed = item
-        runner = surrogate_study if args.surrogate else run_study
-        row = runner(work, p, m, s, seed, args.cap, truths[p])
+        if args.surrogate:
+            row = surrogate_study(work, p, m, s, seed, args.cap, truths[p], args.requests)
+        else:
+            row = run_study(work, p, m, s, seed, args.cap, truths[p], args.requests)
         with lock:
             done.append(row)
             with open(results_file, "a") as f:
@@ -553,7 +568,8 @@ def main() -> None:
     wall = sum(r["wall_s"] for r in rows)
     print(f"\nlaunches until the pick is within 2% of the optimum: median over seeds, (reached/runs); "
           f"{'SURROGATE (the truth + noise)' if args.surrogate else 'autotune run on the emulator'}; "
-          f"cap {args.cap} launches; {len(rows)} studies, {wall / 3600:.1f} h of study time, "
+          f"cap {args.cap} launches; {args.requests} requests per level; {len(rows)} studies, "
+          f"{wall / 3600:.1f} h of study time, "
           f"this run {(time.monotonic() - started) / 3600:.2f} h")
     print(table(rows, profiles, modes, setups, args.cap, truths, sorted(seeds)))
     print("\nper study, median trials / launches as run (reused and rejected configs are trials, not launches)")

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.targets.local import port_open
 from tests.conftest import run_autotune
-from tests.studies import launches, port_of, status, write_study
+from tests.studies import kept, launches, port_of, status, write_study
 
 
 def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> None:
@@ -80,23 +80,28 @@ high = 4
 
 def test_invalid_and_duplicate_configs_cost_no_deployment(tmp_path: Path) -> None:
     # steps 1: topk 1 makes every draft count 2 (duplicates of the baseline); topk 2 allows at most 3 draft tokens
-    study = write_study(tmp_path, sampler="grid", trials=7, space=GRID_SPACE)
+    # at twice the model's speed, not ten times: there the client fell behind at c4 now and then, even on an idle
+    # machine (25-47% of a 48-token request's time outside the server, 25% allowed)
+    study = write_study(tmp_path, sampler="grid", trials=7, space=GRID_SPACE, args={"sim-speedup": 2})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
-    trials = status(study)["trials"]
+    everything = status(study)["trials"]
+    trials = kept(everything)  # an attempt a busy machine cut short as client_bound is queued again: its retry counts
+    base = next(t for t in trials if t["baseline"])
     invalid = [t for t in trials if t["reason"] == "invalid_config"]
     assert [t["params"]["speculative-num-draft-tokens"] for t in invalid] == [4]
     assert invalid[0]["state"] == "PRUNED" and "selected index k out of range" in invalid[0]["detail"]
     reused = [t for t in trials if t["reused_from"] is not None]
     assert {t["params"]["speculative-eagle-topk"] for t in reused} == {1}
-    assert all(t["reused_from"] == 0 for t in reused)
-    assert all(t["value"] == trials[0]["value"] for t in reused)
+    assert all(t["reused_from"] == base["number"] for t in reused)
+    assert all(t["value"] == base["value"] for t in reused)
     launched = sorted(p.name for p in (tmp_path / "t-logs").glob("trial-*.log"))
+    started = [t for t in everything if t["reused_from"] is None and t["reason"] != "invalid_config"]
+    assert launched == [f"trial-{t['number']:04d}.log" for t in started]
     measured = [t for t in trials if t["reused_from"] is None and t["reason"] != "invalid_config"]
-    assert launched == [f"trial-{t['number']:04d}.log" for t in measured]
     assert len(measured) == 3  # the baseline, topk 2 with 2 and with 3 draft tokens
     # a budget of 7 launches, and a grid that holds only 3 deployable configs: it stops once the grid is done
-    assert "stopped (exhausted): 3/7 launches in 7 trials" in r.stdout
+    assert re.search(r"stopped \(exhausted\): 3/7 launches in \d+ trials", r.stdout)
 
 
 FAULT_SPACE = """
@@ -136,7 +141,8 @@ def test_out_of_memory_and_rejected_arguments(tmp_path: Path, space: str, reason
 
 
 def test_sigkill_mid_trial_then_resume_loses_nothing(tmp_path: Path) -> None:
-    study = write_study(tmp_path, trials=5, args={"sim-time-scale": 0.02})
+    # at twice the model's speed (see above): a client_bound retry before trial 2 would shift the trial it kills
+    study = write_study(tmp_path, trials=5, args={"sim-time-scale": 0.02, "sim-speedup": 2})
     log = tmp_path / "t.log"
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -163,9 +169,10 @@ def test_sigkill_mid_trial_then_resume_loses_nothing(tmp_path: Path) -> None:
     assert trials[2]["state"] == "FAIL" and trials[2]["reason"] == "stale"
     retries = [t for t in trials if t["retry_of"] == 2]
     assert len(retries) == 1 and retries[0]["params"] == trials[2]["params"]
-    assert retries[0]["state"] in ("COMPLETE", "PRUNED")
-    counted = [t for t in trials if t["state"] != "RUNNING" and t["number"] != 2]
-    assert len(counted) == 5, "the budget counts finished trials, the retried one excluded"
+    # measured, or (each config is retried once) cut short again by a busy machine, which is not the config's fault
+    assert retries[0]["state"] in ("COMPLETE", "PRUNED") or retries[0]["reason"] == "client_bound", retries[0]
+    counted = [t for t in kept(trials) if t["state"] != "RUNNING"]
+    assert len(counted) == 5, "the budget counts finished trials, the retried ones excluded"
     assert not port_open(port_of(study)), "the orphaned server and the last one were stopped"
 
 

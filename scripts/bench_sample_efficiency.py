@@ -545,10 +545,8 @@ def main() -> None:
 
     def one(item: tuple[str, str, str, int]) -> None:
         p, m, s, seed = item
-        if args.surrogate:
-            row = surrogate_study(work, p, m, s, seed, args.cap, truths[p], args.requests)
-        else:
-            row = run_study(work, p, m, s, seed, args.cap, truths[p], args.requests)
+        runner = surrogate_study if args.surrogate else run_study
+        row = runner(work, p, m, s, seed, args.cap, truths[p], args.requests)
         with lock:
             done.append(row)
             with open(results_file, "a") as f:

@@ -92,7 +92,11 @@ class WorkloadSpec:
     max_tokens: int = 256
     temperature: float = 0.0
     concurrency: tuple[int, ...] = (1, 8, 32)
+    #: the single stream's requests
     requests: int = 32
+    #: each concurrency level's window closes once this many generations of requests (the level's concurrency each)
+    #: have finished inside it: one generation leaves the figure to how a single batch's prompts happened to fall
+    window_generations: int = 4
     warmup: int = 2
     request_timeout: float = 300.0
     stall_timeout: float = 30.0
@@ -404,19 +408,13 @@ def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSp
 def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
     w = v.table(data, "workload")
     where = "workload"
-    v.only(w, where, ("prompts", "max_tokens", "temperature", "concurrency", "requests", "warmup",
-                      "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats", "mix"))
+    v.only(w, where, ("prompts", "max_tokens", "temperature", "concurrency", "requests", "window_generations",
+                      "warmup", "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats", "mix"))
     conc = v.get(w, where, "concurrency", list, [1, 8, 32])
     if not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc):
         v.fail(where, "concurrency", f"must be a non-empty list of positive integers, got {conc!r}")
     if len(set(conc)) != len(conc):
         v.fail(where, "concurrency", "has duplicate levels")
-    requests = v.integer(w, where, "requests", 32, low=1, high=100_000)
-    top = max(conc)
-    if top > 1 and requests < top:
-        v.fail(where, "requests", f"{requests} is too few for a steady-state window at concurrency {top}: as many "
-                                  f"requests must finish inside the window as are in flight; set requests >= {top} "
-                                  "or lower the concurrency")
     min_rep = v.integer(w, where, "min_repeats", 1, low=1, high=20)
     max_rep = v.integer(w, where, "max_repeats", 3, low=1, high=20)
     if max_rep < min_rep:
@@ -426,7 +424,8 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
         max_tokens=v.integer(w, where, "max_tokens", 256, low=2, high=1_000_000),
         temperature=v.number(w, where, "temperature", 0.0, low=0, high=2),
         concurrency=tuple(sorted(conc)),
-        requests=requests,
+        requests=v.integer(w, where, "requests", 32, low=1, high=100_000),
+        window_generations=v.integer(w, where, "window_generations", 4, low=1, high=1000),
         warmup=v.integer(w, where, "warmup", 2, low=0, high=1000),
         request_timeout=v.number(w, where, "request_timeout", 300.0, low=1, high=86400),
         stall_timeout=v.number(w, where, "stall_timeout", 30.0, low=0.5, high=86400),

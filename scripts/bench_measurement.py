@@ -11,7 +11,7 @@ outside the server. The client's event rate and CPU share show what one measurin
 2. Staged pruning (--pruning): the same study with pruning on and off; how much measuring time pruning saves.
 
 Usage: python scripts/bench_measurement.py [--speedups 1,2,4,8,16,32] [--max-tokens 256] [--requests 32]
-       [--window 64] [--pruning] [--trials 30]
+       [--window-generations 2] [--pruning] [--trials 30]
 """
 from __future__ import annotations
 
@@ -44,8 +44,10 @@ CONFIGS = [(3, 1, 4), (8, 4, 11), (1, 1, 2)]
 ENGINE = get_engine("sglang")
 
 
-def measure(url: str, prompts: list[str], level: int, requests: int, max_tokens: int) -> dict:
-    workload = WorkloadSpec(max_tokens=max_tokens, concurrency=(level,), requests=requests, warmup=1, max_repeats=1)
+def measure(url: str, prompts: list[str], level: int, size: int, max_tokens: int) -> dict:
+    """One level's figure; ``size``: the single stream's requests, or the window's generations."""
+    workload = WorkloadSpec(max_tokens=max_tokens, concurrency=(level,), requests=size, window_generations=size,
+                            warmup=1, max_repeats=1)
     bench = Bench(url, ENGINE, workload, prompts, seed=0, levels=(level,))
     try:
         m = bench.run()
@@ -68,11 +70,11 @@ def _events(run) -> float:
 
 
 def accuracy(work: Path, server: SSHServer, speedups: list[int], max_tokens: int, requests: int,
-             window: int) -> None:
+             generations: int) -> None:
     prompts = load_prompts("builtin", work)
     print(f"steady-state measurement vs truth: qwen122b profile, {max_tokens} tokens per request; single stream: "
-          f"{requests} requests; concurrency 32: a window of {window} requests; the same server measured directly "
-          f"and through an ssh-process target's default transport (port forward over sshd on 127.0.0.1)")
+          f"{requests} requests; concurrency 32: a window of {32 * generations} requests; the same server measured "
+          f"directly and through an ssh-process target's default transport (port forward over sshd on 127.0.0.1)")
     print(f"{'config':>10} {'x':>3} {'level':>5} | {'truth':>8} | {'direct':>8} {'error':>7} {'share':>6} | "
           f"{'tunnel':>8} {'error':>7} {'share':>6} {'vs direct':>9} | events/s cpu (tunnel)")
     worst = {"direct": 0.0, "tunnel": 0.0}
@@ -97,7 +99,7 @@ def accuracy(work: Path, server: SSHServer, speedups: list[int], max_tokens: int
                                           {**plan.baseline.args, "port": spec.server_port})
                 deployment = target.deploy([*argv, "--sim-seed", "1"], {}, work / f"b{k}.log")
                 wait_ready(deployment, ENGINE, 0.25, 120)
-                for level, n in ((1, requests), (32, window)):
+                for level, n in ((1, requests), (32, generations)):
                     direct = measure(f"http://127.0.0.1:{spec.server_port}", prompts, level, n, max_tokens)
                     tunnel = measure(deployment.base_url, prompts, level, n, max_tokens)
                     print(_row(config, k, level, truth[level], direct, tunnel, worst))
@@ -132,7 +134,7 @@ def pruning(work: Path, trials: int) -> None:
         name = "pruned" if pruned else "unpruned"
         study = write_study(work, name, trials=trials, seed=11,
                             workload="max_tokens = 128\nconcurrency = [1, 8, 32]\nrequests = 32\nwarmup = 1\n"
-                                     "tolerance = 0.1",
+                                     "window_generations = 1\ntolerance = 0.1",
                             args={"sim-time-scale": 0.01, "sim-speedup": 8})
         if not pruned:
             study.write_text(study.read_text().replace("seed = 11\n", "seed = 11\npruning = false\n"))
@@ -160,7 +162,8 @@ def main() -> None:
     ap.add_argument("--speedups", default="1,2,4,8,16,32")
     ap.add_argument("--max-tokens", type=int, default=256)
     ap.add_argument("--requests", type=int, default=32, help="single-stream requests")
-    ap.add_argument("--window", type=int, default=64, help="requests finished in the concurrency-32 window")
+    ap.add_argument("--window-generations", type=int, default=2,
+                    help="the concurrency-32 window, in generations of 32 requests")
     ap.add_argument("--pruning", action="store_true", help="also compare a study with and without pruning")
     ap.add_argument("--trials", type=int, default=30)
     args = ap.parse_args()
@@ -173,7 +176,7 @@ def main() -> None:
             "PATH": f"{Path(sys.executable).parent}:/usr/local/bin:/usr/bin:/bin", "HOME": str(home)}).start()
         try:
             accuracy(work, server, [int(k) for k in args.speedups.split(",")], args.max_tokens, args.requests,
-                     args.window)
+                     args.window_generations)
         finally:
             server.stop()
         if args.pruning:

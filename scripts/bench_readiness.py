@@ -106,7 +106,8 @@ def fatal_latency(workdir: Path, interval: float, fault: list[str]) -> tuple[flo
 
 def tuner_overhead(workdir: Path, trials: int) -> tuple[list[float], list[float]]:
     study = write_study(workdir, "overhead", trials=trials, workload="max_tokens = 32\nconcurrency = [1, 4]\n"
-                        "requests = 4\nwarmup = 1\ntolerance = 0.5", health="interval = 0.5\ntimeout = 60")
+                        "requests = 4\nwindow_generations = 1\nwarmup = 1\ntolerance = 0.5",
+                        health="interval = 0.5\ntimeout = 60")
     env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state")}
     subprocess.run([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=workdir, check=True,
                    stdout=subprocess.DEVNULL, env=env)

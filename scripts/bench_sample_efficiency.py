@@ -17,7 +17,8 @@ Optuna's RandomSampler over the flags as written, a repeated or rejected draw co
 draw that is truly within 2% (200 runs per seed). Target per mode: single / concurrent on that figure; weighted on
 the geometric mean of both relative to the baseline's true figures; pareto on the hypervolume of the measured front.
 
-Measurement: 128 output tokens, 32 requests per level (--requests), concurrency 32, tolerance 0.05, each profile at
+Measurement: 128 output tokens, a single stream of 32 requests (--requests), concurrency 32 with a window of 4
+generations (128 requests finishing inside it; --generations), as autotune's default; tolerance 0.05; each profile at
 the emulator speedup where concurrency 32 runs at about 7-8k tok/s, where scripts/bench_measurement.py shows this
 client measuring within about 1% over longer windows (issue 15) and where it keeps up on a slow 2-core machine. A
 last table checks how far that holds here, against the truth: every launch's single-stream and concurrent figures
@@ -26,14 +27,15 @@ because the client fell behind.
 
 --surrogate runs the same study files in-process instead: the same Space, sampler, search (neighbours,
 confirmations) and pooled pick, with the truth plus Gaussian noise standing in for launches (each launch's
-single-stream figure off by sd 1%, its concurrent figure by sd 2.5%, as the real runs' launches against the truth
-show; with --requests 128, 0.5% and 1.7%; each config by a fixed bias of sd 0.5%). It screens setups over many seeds
-in seconds; it is not the evidence.
+single-stream figure off by sd 1% (0.5% with --requests 128), its concurrent figure by sd 1.7% (2.5% with
+--generations 1), as the real runs' launches against the truth show; each config by a fixed bias of sd 0.5%). It
+screens setups over many seeds in seconds; it is not the evidence.
 
 Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,...] [--modes weighted,concurrent]
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
-           [--report] [--requests 32]
-Results go to DIR/results.jsonl (one line per study); a run skips the studies already there, so it can be resumed
+           [--report] [--requests 32] [--generations 4]
+Results go to DIR/emulator/results.jsonl (DIR/surrogate/ with --surrogate; a name such as emulator-r128-g1 for other
+--requests or --generations), one line per study; a run skips the studies already there, so it can be resumed
 or extended, and the table is printed from everything in the file that matches the selection (--report prints it
 without running the missing studies).
 """
@@ -77,15 +79,17 @@ from tests.studies import SPEC_SPACE  # noqa: E402
 MODES = ("weighted", "single", "concurrent", "pareto")
 TARGET = 0.98
 MAX_TOKENS = 128
-#: requests per level (the single stream's, and those finishing inside a concurrency level's window); --requests
-REQUESTS = 32
+#: the single stream's requests (--requests), and a concurrency level's window in generations of requests
+#: (--generations): autotune's defaults
+REQUESTS, GENERATIONS = 32, 4
 #: the workload's tolerance: a level's client may take up to half of it (client_bound above that); at c32 and about
 #: 8k tok/s of 128-token requests this client spends 1.5-2% of each request's time in `autotune bench` and 3-5% in
 #: `autotune run` on a slow machine, over the default's 1.5%
 TOLERANCE = 0.05
 #: per profile: the emulator's model shape, and a speedup at which concurrency 32 runs at about 7-8k tok/s, where this
 #: client mostly keeps up beside the emulator on a slow 2-core machine (at twice that, nearly every launch there failed
-#: as client_bound; at this rate about one in four is retried)
+#: as client_bound; at this rate about one in four is retried, and on llama8b with windows of four generations
+#: about one in three: 7.3 per study)
 PROFILES: dict[str, dict[str, Any]] = {
     "qwen122b": {"model": "/shared/models/Qwen3.5-122B-A10B", "tp": 4, "speedup": 4, "concurrency": 32},
     "llama8b": {"model": "/shared/models/Llama-3.1-8B-Instruct", "tp": 1, "speedup": 1.5, "concurrency": 32},
@@ -121,11 +125,11 @@ MODULES = {"search": search, "local_model": local_model}
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"
 POLL = 1.0
-#: the surrogate's measurement error per --requests, as the real runs of this script show it: every launch's
-#: single-stream and concurrent figures against the truth (sd: 1.0-1.3% and 2.1-2.7% over 240 launches with 32
-#: requests; with 128 the concurrent figure's was 1.7% over 149 launches, and the single stream's is taken to halve,
-#: as its requests are independent), and each config's own bias (sd)
-SURROGATE_NOISE, SURROGATE_BIAS = {32: (0.01, 0.025), 128: (0.005, 0.017)}, 0.005
+#: the surrogate's measurement error, as the real runs of this script show it: every launch's single-stream figure
+#: against the truth per --requests (sd 1.0-1.3% over 240 launches with 32 requests; with 128 taken to halve, as its
+#: requests are independent), its concurrent figure's per --generations (2.1-2.7% over 240 launches with windows of
+#: one generation, 1.7% over 149 with four), and each config's own bias (sd)
+SINGLE_NOISE, CONCURRENT_NOISE, SURROGATE_BIAS = {32: 0.01, 128: 0.005}, {1: 0.025, 4: 0.017}, 0.005
 #: a study whose sampler proposed only measured configs this many trials in a row has converged: stopped
 STUCK_TRIALS = 60
 
@@ -274,7 +278,7 @@ def random_oracle(mode: str, truth: Truth, seeds: list[int]) -> float:
 
 
 def write_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int,
-                requests: int = REQUESTS) -> Path:
+                requests: int = REQUESTS, generations: int = GENERATIONS) -> Path:
     p = PROFILES[profile]
     name = f"{profile}-{mode}-{setup}-{seed}"
     lines = [f"{k} = {json.dumps(v)}" for k, v in SETUPS[setup].items() if not k.startswith("_")]
@@ -312,6 +316,7 @@ sim-speedup = {p['speedup']}
 max_tokens = {MAX_TOKENS}
 concurrency = {levels}
 requests = {requests}
+window_generations = {generations}
 warmup = 1
 max_repeats = 2
 tolerance = {TOLERANCE}
@@ -326,10 +331,10 @@ timeout = 60
 
 
 def run_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int, truth: Truth,
-              requests: int = REQUESTS) -> dict[str, Any]:
+              requests: int = REQUESTS, generations: int = GENERATIONS) -> dict[str, Any]:
     """`autotune run` on a fresh study with a budget of ``cap`` launches (the tuner stops itself there, having
     spent its last launches on confirmations); stopped early only if it has converged."""
-    path = write_study(work, profile, mode, setup, seed, cap, requests)
+    path = write_study(work, profile, mode, setup, seed, cap, requests, generations)
     name = path.stem
     db = work / f"{name}.db"
     for old in (db, work / f"{name}.log"):
@@ -349,12 +354,13 @@ def run_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: i
 
 
 def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int, truth: Truth,
-                    requests: int = REQUESTS) -> dict[str, Any]:
+                    requests: int = REQUESTS, generations: int = GENERATIONS) -> dict[str, Any]:
     """The same study file, plan, sampler and search (the tuner's own proposals, the pooled pick) in-process; the
-    truth plus noise stands in for each launch: every measurement off by a normal error (sd SURROGATE_NOISE at
-    ``requests``) and each config by a fixed bias of its own (sd SURROGATE_BIAS)."""
-    path = write_study(work, profile, mode, setup, seed, cap, requests)
-    noise = SURROGATE_NOISE[requests]
+    truth plus noise stands in for each launch: every measurement off by a normal error (sd SINGLE_NOISE at
+    ``requests``, CONCURRENT_NOISE at ``generations``) and each config by a fixed bias of its own (sd
+    SURROGATE_BIAS)."""
+    path = write_study(work, profile, mode, setup, seed, cap, requests, generations)
+    noise = SINGLE_NOISE[requests], CONCURRENT_NOISE[generations]
     spec = load_study(str(path))
     plan = make_plan(spec)
     space = plan.space
@@ -507,9 +513,9 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / ".bench" / "sample_efficiency")
     ap.add_argument("--surrogate", action="store_true", help="in-process screen: the truth plus noise, no launches")
     ap.add_argument("--report", action="store_true", help="run nothing: print the tables from the results so far")
-    ap.add_argument("--requests", type=int, default=REQUESTS,
-                    help="requests per level (a window of N at concurrency 32 holds N/32 generations of requests); "
-                         "results of each N are kept apart")
+    ap.add_argument("--requests", type=int, default=REQUESTS, help="the single stream's requests")
+    ap.add_argument("--generations", type=int, default=GENERATIONS,
+                    help="each concurrency level's window, in generations of requests (c each)")
     args = ap.parse_args()
     profiles, modes, setups = args.profiles.split(","), args.modes.split(","), args.setups.split(",")
     for name, known in ((profiles, PROFILES), (modes, MODES), (setups, SETUPS)):
@@ -524,11 +530,13 @@ def main() -> None:
             import torch  # noqa: F401
         except ImportError:
             ap.error("the gp setups need torch: pip install -e '.[gp]'")
-    if args.surrogate and args.requests not in SURROGATE_NOISE:
-        ap.error(f"the surrogate knows the noise of {', '.join(map(str, SURROGATE_NOISE))} requests per level only")
-    out = args.out / ("surrogate" if args.surrogate else "emulator")
-    if args.requests != REQUESTS:
-        out = out.with_name(f"{out.name}-r{args.requests}")
+    if args.surrogate and (args.requests not in SINGLE_NOISE or args.generations not in CONCURRENT_NOISE):
+        ap.error(f"the surrogate knows the noise of --requests {', '.join(map(str, SINGLE_NOISE))} and "
+                 f"--generations {', '.join(map(str, CONCURRENT_NOISE))} only")
+    name = "surrogate" if args.surrogate else "emulator"
+    name += f"-r{args.requests}" if args.requests != REQUESTS else ""
+    name += f"-g{args.generations}" if args.generations != GENERATIONS else ""
+    out = args.out / name
     work = out / "studies"
     work.mkdir(parents=True, exist_ok=True)
     results_file = out / "results.jsonl"
@@ -546,7 +554,7 @@ def main() -> None:
     def one(item: tuple[str, str, str, int]) -> None:
         p, m, s, seed = item
         runner = surrogate_study if args.surrogate else run_study
-        row = runner(work, p, m, s, seed, args.cap, truths[p], args.requests)
+        row = runner(work, p, m, s, seed, args.cap, truths[p], args.requests, args.generations)
         with lock:
             done.append(row)
             with open(results_file, "a") as f:
@@ -566,7 +574,8 @@ def main() -> None:
     wall = sum(r["wall_s"] for r in rows)
     print(f"\nlaunches until the pick is within 2% of the optimum: median over seeds, (reached/runs); "
           f"{'SURROGATE (the truth + noise)' if args.surrogate else 'autotune run on the emulator'}; "
-          f"cap {args.cap} launches; {args.requests} requests per level; {len(rows)} studies, "
+          f"cap {args.cap} launches; single stream {args.requests} requests, windows of {args.generations} "
+          f"generations; {len(rows)} studies, "
           f"{wall / 3600:.1f} h of study time, "
           f"this run {(time.monotonic() - started) / 3600:.2f} h")
     print(table(rows, profiles, modes, setups, args.cap, truths, sorted(seeds)))

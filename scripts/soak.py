@@ -73,6 +73,7 @@ sim-speedup = 20
 max_tokens = 48
 concurrency = [1, 4]
 requests = 4
+window_generations = 1
 warmup = 1
 stall_timeout = 2
 tolerance = 0.5

@@ -38,7 +38,8 @@ def small_study(factory: pytest.TempPathFactory) -> Path:
         directory = factory.mktemp("small-study")
         path = write_study(directory, sampler="grid", trials=TRIALS, space=SPACE,
                            args={"sim-time-scale": 0.001, "sim-speedup": 5},
-                           workload="max_tokens = 24\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1\nmax_repeats = 1"
+                           workload="max_tokens = 24\nconcurrency = [1, 4]\nrequests = 4\n"
+                                    "window_generations = 1\nwarmup = 1\nmax_repeats = 1"
                                 "\ntolerance = 0.5")
         r = run_autotune("run", "--study", str(path), cwd=directory,
                          env={"XDG_STATE_HOME": str(directory / "state")})

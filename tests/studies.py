@@ -38,7 +38,8 @@ def write_study(
     objective: str = "weighted",
     space: str = SPEC_SPACE,
     args: dict[str, Any] | None = None,
-    workload: str = "max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1\ntolerance = 0.5",
+    workload: str = "max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
+                    "window_generations = 1\nwarmup = 1\ntolerance = 0.5",
     health: str = "interval = 0.25\ntimeout = 30",
     extra: str = "",
     port: int | None = None,

@@ -98,7 +98,8 @@ def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) ->
 
 def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02},
-                        workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\nwarmup = 1\ntolerance = 0.5")
+                        workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\n"
+                                 "window_generations = 1\nwarmup = 1\ntolerance = 0.5")
     proc = start_run(study)
     wait_for_line(tmp_path / "t.log", r"trial 2 ready in", proc)
     sent = time.monotonic()

@@ -129,7 +129,8 @@ def test_results_show_the_flag_values_not_the_fill() -> None:
 
 def test_a_default_study_never_deploys_an_invalid_tree_and_shows_real_flags(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=8, space=SPEC_SPACE,
-                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 0\nmax_repeats = 1"
+                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
+                                 "window_generations = 1\nwarmup = 0\nmax_repeats = 1"
                                 "\ntolerance = 0.5")
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout

@@ -33,6 +33,7 @@ def test_smollm2_study_tunes_a_real_engine(tmp_path: Path) -> None:
     text = re.sub(r"server_port = \d+", f"server_port = {free_port()}", text)
     text = re.sub(r"(?m)^max_tokens = \d+", "max_tokens = 48", text)
     text = re.sub(r"(?m)^requests = \d+", "requests = 3", text)
+    text = re.sub(r"(?m)^window_generations = \d+", "window_generations = 1", text)
     text = re.sub(r"(?m)^max_repeats = \d+", "max_repeats = 1", text)
     study = tmp_path / "smollm2-cpu.toml"
     study.write_text(text)

@@ -15,7 +15,7 @@ from tests.test_stale_server import start_emulator
 #: (`autotune sim surface --study`, below)
 CHAINS = ('[space.speculative-num-steps]\ntype = "categorical"\nchoices = [1, 4, 8]\n'
           '[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [1]\n')
-WORKLOAD = "max_tokens = 64\nconcurrency = [1, 32]\nrequests = 32\nwarmup = 1\ntolerance = 0.2"
+WORKLOAD = "max_tokens = 64\nconcurrency = [1, 32]\nrequests = 32\nwindow_generations = 1\nwarmup = 1\ntolerance = 0.2"
 STEPS = "speculative-num-steps"
 
 

@@ -20,7 +20,8 @@ from tests.conftest import free_port, run_autotune
 from tests.studies import one_config_space, status, write_study
 from tests.test_stale_server import start_emulator
 
-FAST = "max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1\nstall_timeout = 2\ntolerance = 0.5"
+FAST = ("max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
+        "window_generations = 1\nwarmup = 1\nstall_timeout = 2\ntolerance = 0.5")
 
 
 def test_failures_under_load_have_reasons_and_teach_the_sampler(tmp_path: Path) -> None:
@@ -52,7 +53,7 @@ def test_a_server_stopped_mid_level_fails_the_measurement_at_once(tmp_path: Path
     # an 8B model on one GPU: its requests finish quickly, so its slots are often between requests, connecting
     server = start_emulator(port, steps=3, topk=1, draft=4, speedup=1.5, model="/shared/models/Llama-3.1-8B-Instruct",
                             profile="llama8b", tp=1)
-    workload = WorkloadSpec(max_tokens=128, concurrency=(32,), requests=1000, warmup=1, max_repeats=1)
+    workload = WorkloadSpec(max_tokens=128, concurrency=(32,), window_generations=32, warmup=1, max_repeats=1)
 
     def check() -> None:
         if server.poll() is not None:
@@ -106,7 +107,8 @@ def test_memory_and_latency_constraints(tmp_path: Path) -> None:
 def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> None:
     space = '[space.sim-speedup]\ntype = "categorical"\nchoices = [10.0, 10.2, 10.4, 10.6, 10.8, 1.0]\n'
     study = write_study(tmp_path, sampler="random", objective="single", trials=7, space=space,
-                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1\ntolerance = 0.5")
+                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
+                                 "window_generations = 1\nwarmup = 1\ntolerance = 0.5")
     # queue the five fast configs first, so the slow one meets a pruner that has seen enough
     db = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
     for speed in (10.0, 10.2, 10.4, 10.6, 10.8, 1.0):
@@ -138,7 +140,8 @@ def test_weighted_pruning_keeps_a_poor_single_stream_with_the_best_concurrent_fi
     study = write_study(tmp_path, sampler="random", trials=len(configs) + 1, space=space,
                         args={"model-path": "/shared/models/Llama-3.3-70B-Instruct", "tp-size": 8,
                               "sim-profile": "llama70b", "sim-speedup": 2},
-                        workload="max_tokens = 128\nconcurrency = [1, 32]\nrequests = 32\nwarmup = 1\n"
+                        workload="max_tokens = 128\nconcurrency = [1, 32]\nrequests = 32\n"
+                                 "window_generations = 1\nwarmup = 1\n"
                                  "tolerance = 0.1")
     study.write_text(study.read_text().replace("[study]\n", '[study]\nranges = "fixed"\n'))  # the values as queued
     # the baseline first (the weighted score is relative to it), then the four configs in this order
@@ -165,7 +168,8 @@ def test_bench_measures_what_is_deployed_now(tmp_path: Path) -> None:
     # at twice the model's speed the client keeps up on a busy machine (at ten times it fell behind at c4)
     server = start_emulator(port, steps=3, topk=1, draft=4, speedup=2)
     try:
-        workload = "max_tokens = 256\nconcurrency = [1, 4]\nrequests = 8\nwarmup = 1\ntolerance = 0.1"
+        workload = ("max_tokens = 256\nconcurrency = [1, 4]\nrequests = 8\n"
+                    "window_generations = 2\nwarmup = 1\ntolerance = 0.1")
         # the deployed config alone, so `sim surface --study` computes only its truth
         study = write_study(tmp_path, port=port, space=one_config_space(3, 1, 4), args={"sim-speedup": 2},
                             workload=workload)

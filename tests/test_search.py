@@ -19,7 +19,8 @@ def _one_move(a: tuple, b: tuple) -> bool:
 
 def test_neighbours_of_the_leader_then_confirmations_within_the_launch_budget(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=12, seed=3,
-                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 8\nwarmup = 1\ntolerance = 0.5")
+                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 8\n"
+                                 "window_generations = 2\nwarmup = 1\ntolerance = 0.5")
     study.write_text(study.read_text().replace("[study]\n", "[study]\nstartup_trials = 4\n"))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout

@@ -73,7 +73,8 @@ def test_only_model_based_samplers_get_them(tmp_path: Path) -> None:
 
 
 def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> None:
-    workload = "max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 0\nmax_repeats = 1\ntolerance = 0.5"
+    workload = ("max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
+                "window_generations = 1\nwarmup = 0\nmax_repeats = 1\ntolerance = 0.5")
     study = write_study(tmp_path, trials=4, space=SPEC_SPACE, workload=workload)
     listed = run_autotune("validate", "--study", str(study), cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
@@ -103,7 +104,8 @@ def test_a_baseline_cut_short_runs_again_before_them(tmp_path: Path) -> None:
     the next one measured: the starting points are queued one at a time, so they never stand in front of it (the
     weighted objective of each of them needs the baseline first)."""
     study = write_study(tmp_path, trials=5, space=SPEC_SPACE, args={"sim-time-scale": 0.02},
-                        workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\nwarmup = 1\ntolerance = 0.5")
+                        workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\n"
+                                 "window_generations = 1\nwarmup = 1\ntolerance = 0.5")
     proc = start_run(study)
     wait_for_line(tmp_path / "t.log", r"trial 0 ready in", proc)
     proc.send_signal(signal.SIGTERM)

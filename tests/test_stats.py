@@ -74,6 +74,21 @@ def test_concurrency_counts_tokens_inside_the_steady_state_window() -> None:
     assert level.failed == [failed] and not cut.complete
 
 
+def test_a_concurrency_levels_interval_comes_from_its_throughput_over_each_generation() -> None:
+    # two slots, each sending 1-second requests back to back over a 4-second window: 4 generations, 4 batches;
+    # every request takes as long as the others, so their latencies alone would claim an exact figure
+    tokens = {0: [100, 100, 100, 100], 1: [100, 120, 80, 100]}
+    recs = [record(2, float(i), 0.01, 0.98, tokens[slot][i]) for slot in (0, 1) for i in range(4)]
+    level = LevelResult(2, recs, window=(0.0, 4.0))
+    assert level.batch_rates() == pytest.approx([200.0, 220.0, 180.0, 200.0])
+    s = Measurement(repeats=[[level]]).summary(2)
+    assert s["output_tok_s"] == pytest.approx(200.0)
+    sd = math.sqrt((20 ** 2 + 20 ** 2) / 3)
+    assert s["output_tok_s_rel_ci"] == pytest.approx(3.182 * sd / 2 / 200)
+    # a window of one generation is still cut into four (an interval too wide, never too narrow)
+    assert len(LevelResult(2, recs[:1] + recs[4:5], window=(0.0, 1.0)).batch_rates()) == 4
+
+
 def test_client_share_from_the_servers_own_timing() -> None:
     # each request took 1.0 s at the client, 0.97 s at the server, and its slot stood empty 0.01 s before it
     recs = [record(2, 0.5 * i, 0.0, 1.0, 101, server_e2e=0.97, gap=0.01) for i in range(4)]

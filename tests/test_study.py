@@ -100,8 +100,7 @@ def test_repo_studies_validate() -> None:
     (VALID.replace('kind = "local"', 'kind = "ssh-systemd"\nhost = "h"'), r"\[target\] unit: is required"),
     (VALID + "\n[workload]\nconcurrency = [1, 0]\n",
      r"\[workload\] concurrency: must be a non-empty list of positive integers"),
-    (VALID + "\n[workload]\nconcurrency = [1, 8, 32]\nrequests = 16\n",
-     r"\[workload\] requests: 16 is too few for a steady-state window at concurrency 32: .*set requests >= 32"),
+    (VALID + "\n[workload]\nwindow_generations = 0\n", r"\[workload\] window_generations: must be from 1"),
 ])
 def test_bad_input_names_file_key_and_allowed(tmp_path: Path, text: str, expected: str) -> None:
     import re

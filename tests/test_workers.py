@@ -63,6 +63,7 @@ sim-speedup = 10
 max_tokens = 48
 concurrency = [1, 4]
 requests = 4
+window_generations = 1
 warmup = 1
 tolerance = 0.5
 

@@ -23,8 +23,9 @@ from tests.studies import one_config_space, write_study
 
 ENGINE = get_engine("sglang")
 MAX_TOKENS = 128
-#: the single stream (timed by the server) and a window of 256 short requests at concurrency 32
-RUNS = ((1, 32), (32, 256))
+#: level -> its size: the single stream (timed by the server) of 32 requests, and a window of 8 generations (256 short
+#: requests) at concurrency 32
+RUNS = ((1, 32), (32, 8))
 #: how far a right figure may be from the truth: the single stream is timed by the server (within 0.5%); a window of
 #: 256 requests at c32 wanders by about 1-1.5% (sd) with how queued arrivals bunch into prefills, and on (3, 1, 4)
 #: it read +1.7% above the truth on average over 18 windows at x2 and x8 (the reference client: +0.7% over 5)
@@ -35,9 +36,10 @@ LIMITS = {1: 0.03, 32: 0.05}
 SPEEDUPS = (1, 32)
 
 
-def _figure(url: str, prompts: list[str], level: int, requests: int) -> float | str:
+def _figure(url: str, prompts: list[str], level: int, size: int) -> float | str:
     """The level's figure through ``url``, or the client_bound failure's text."""
-    workload = WorkloadSpec(max_tokens=MAX_TOKENS, concurrency=(level,), requests=requests, warmup=1, max_repeats=1)
+    workload = WorkloadSpec(max_tokens=MAX_TOKENS, concurrency=(level,), requests=size, window_generations=size,
+                            warmup=1, max_repeats=1)
     try:
         m = Bench(url, ENGINE, workload, prompts, seed=0, levels=(level,)).run()
     except TrialFailure as e:
@@ -56,7 +58,7 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
         study = write_study(tmp_path, f"k{speedup}", space=one_config_space(*config), args={
             "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft,
             "sim-speedup": speedup, "sim-time-scale": 0.001},
-            workload=f"max_tokens = {MAX_TOKENS}\nconcurrency = [1, 32]\nrequests = 32")
+            workload=f"max_tokens = {MAX_TOKENS}\nconcurrency = [1, 32]\nrequests = 32\nwindow_generations = 1")
         plan = make_plan(load_study(str(study)))
         truth = {int(c): v for c, v in study_surface(plan)["configs"][0]["level_tok_s"].items()}
         spec = make_spec(tunnel=True)
@@ -66,10 +68,10 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
         deployment = target.deploy([*argv, "--sim-seed", "1"], {}, tmp_path / f"k{speedup}.log")
         wait_ready(deployment, ENGINE, 0.25, 60)
         prompts = load_prompts("builtin", tmp_path)
-        for level, requests in RUNS:
+        for level, size in RUNS:
             for transport, url in (("direct", f"http://127.0.0.1:{spec.server_port}"),
                                    ("tunnel", deployment.base_url)):
-                rows.append((speedup, level, transport, truth[level], _figure(url, prompts, level, requests)))
+                rows.append((speedup, level, transport, truth[level], _figure(url, prompts, level, size)))
         target.stop()
     table = "\n".join(f"x{k} c{c} {how}: " + (f"{got:.0f} vs truth {want:.0f} ({got / want - 1:+.1%})"
                                                 if isinstance(got, float) else got) for k, c, how, want, got in rows)

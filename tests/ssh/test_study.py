@@ -31,7 +31,8 @@ def remote_study(directory: Path, server: SSHServer, *, trials: int, target: str
     in the client and the forward, which made 48-token requests at twice the speed client-bound (26-33% of their
     time, against the 25% the tolerance allows), and a client_bound level is retried as a new trial."""
     path = write_study(directory, trials=trials, args={"sim-speedup": 1, **(args or {})},
-                       workload="max_tokens = 96\nconcurrency = [1, 4]\nrequests = 4\nwarmup = 1\ntolerance = 0.5",
+                       workload="max_tokens = 96\nconcurrency = [1, 4]\nrequests = 4\n"
+                                "window_generations = 1\nwarmup = 1\ntolerance = 0.5",
                        **kwargs)  # type: ignore[arg-type]
     text = path.read_text()
     port = re.search(r"server_port = (\d+)", text).group(1)  # type: ignore[union-attr]

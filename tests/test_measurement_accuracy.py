@@ -101,7 +101,7 @@ def _measure(directory: Path, name: str, config: tuple[int, int, int], max_token
     plan = make_plan(load_study(str(study)))
     truth = {int(c): v for c, v in study_surface(plan)["configs"][0]["level_tok_s"].items()}
     url = emulator(study, seed=seed)
-    levels = {lv["concurrency"]: lv for lv in commands.bench(plan)["levels"]}
+    tuned = {lv["concurrency"]: lv for lv in commands.bench(plan)["levels"]}
     out = []
     for c in levels:
         if c == 1:
@@ -118,8 +118,8 @@ def _measure(directory: Path, name: str, config: tuple[int, int, int], max_token
                                                stagger_s=duration)
             assert ref["errors"] == 0, ref
             reference = ref["output_tok_s"]
-        out.append((config, c, speedup, levels[c]["output_tok_s"], truth[c], reference,
-                    levels[c]["output_tok_s_rel_ci"]))
+        out.append((config, c, speedup, tuned[c]["output_tok_s"], truth[c], reference,
+                    tuned[c]["output_tok_s_rel_ci"]))
     return out
 
 

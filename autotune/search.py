@@ -103,11 +103,15 @@ def _confirmation(trials: list[optuna.trial.FrozenTrial], leader: results.Estima
 
 
 def _measured_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
-    """Config keys a trial already measured or saw fail (proposing them again would only reuse that result)."""
+    """Config keys a trial already measured or saw fail (proposing them again would only reuse that result), and
+    those whose launch failed for the infrastructure after its one retry (proposing them again would pay a launch for
+    the same failure: a config fast enough to outrun the client, say, ends ``client_bound`` every time)."""
     keys: set[str] = set()
     for t in trials:
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING):
             keys.update(k for k in record.config_keys(t) if k)
+    for t in results.launches(trials):
+        keys.update(k for k in record.config_keys(t) if k)
     return keys
 
 

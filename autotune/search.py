@@ -96,23 +96,27 @@ def _rivals(leader: results.Estimate, found: dict[str, results.Estimate]) -> lis
 
 def _confirmation(trials: list[optuna.trial.FrozenTrial], leader: results.Estimate,
                   found: dict[str, results.Estimate]) -> Queued | None:
+    given_up = _given_up(trials)
     for estimate in (leader, *_rivals(leader, found)):
-        if estimate.launches == 1:  # the very parameters the sampler gave that trial: the same config again
+        if estimate.launches == 1 and estimate.key not in given_up:  # the same parameters as that trial's, again
             return Queued(dict(trials[estimate.trials[0]].params), "confirmation")
     return None
 
 
 def _measured_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
-    """Config keys a trial already measured or saw fail (proposing them again would only reuse that result), and
-    those whose launch failed for the infrastructure after its one retry (proposing them again would pay a launch for
-    the same failure: a config fast enough to outrun the client, say, ends ``client_bound`` every time)."""
+    """Config keys a trial already measured or saw fail (proposing them again would only reuse that result), or
+    that were given up on."""
     keys: set[str] = set()
     for t in trials:
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING):
             keys.update(k for k in record.config_keys(t) if k)
-    for t in results.launches(trials):
-        keys.update(k for k in record.config_keys(t) if k)
-    return keys
+    return keys | _given_up(trials)
+
+
+def _given_up(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
+    """Config keys whose launch failed for the infrastructure even after its one retry. Trying one again would pay a
+    launch for the same failure: a config fast enough to outrun the client, say, ends ``client_bound`` every time."""
+    return {k for t in results.launches(trials) if t.state == TrialState.FAIL for k in record.config_keys(t) if k}
 
 
 def _points(space: Space, trials: list[optuna.trial.FrozenTrial],

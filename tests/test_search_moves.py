@@ -45,10 +45,11 @@ def measure(study: optuna.Study, plan: Plan, steps: int, topk: int, value: float
     study.optimize(objective, n_trials=1)
 
 
-def fail_for_the_infrastructure(study: optuna.Study, plan: Plan, steps: int, topk: int) -> None:
+def fail_for_the_infrastructure(study: optuna.Study, plan: Plan, steps: int, topk: int,
+                                role: str = "neighbour") -> None:
     """A launch of (steps, topk) whose measurement the client could not keep up with, and its one retry, alike."""
     space = plan.space
-    record.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), "neighbour")
+    record.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), role)
     for _ in range(2):
         def objective(trial: optuna.Trial) -> float:
             candidate = space.candidate(space.suggest(trial))
@@ -108,3 +109,24 @@ def test_a_config_that_failed_for_the_infrastructure_after_its_retry_is_not_prop
     fail_for_the_infrastructure(study, plan, 5, 1)
     assert [t.state for t in study.get_trials()][-2:] == [optuna.trial.TrialState.FAIL] * 2
     assert proposed(study, plan, 0) is None
+
+
+def test_a_confirmation_that_failed_for_the_infrastructure_after_its_retry_goes_to_the_next_rival(
+        tmp_path: Path) -> None:
+    study, plan = new_study(tmp_path)
+    measure(study, plan, 4, 1, 1000, spread=0.05)
+    measure(study, plan, 3, 1, 980, spread=0.05)    # a close rival
+    for steps in (1, 2, 5, 6, 7, 8):
+        measure(study, plan, steps, 1, 500 + 10 * steps)
+    measure(study, plan, 1, 2, 400)
+    measure(study, plan, 2, 2, 400)
+
+    def confirmation() -> tuple[int, int] | None:
+        queued = search.propose(study, plan, budget=12, startup=2, seed=0)
+        assert queued is None or queued.role == "confirmation"
+        return None if queued is None else (queued.params[STEPS], queued.params[TOPK])
+
+    # 10 launches of 12: the last two confirm, the leader first
+    assert confirmation() == (4, 1)
+    fail_for_the_infrastructure(study, plan, 4, 1, role="confirmation")
+    assert confirmation() == (3, 1)

@@ -1,5 +1,6 @@
 """How the tuner picks its next neighbour (autotune/search.py), on a study whose measurements are given: the move the
-measurements so far favour comes first, and a leader with nothing left around it hands over to its close rivals.
+measurements so far favour comes first, a leader with nothing left around it hands over to its close rivals, and a
+config whose launch failed for the infrastructure even after its retry is neither a neighbour nor a confirmation again.
 The whole search, on the emulator, is tests/test_search.py."""
 from __future__ import annotations
 

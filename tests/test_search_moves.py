@@ -10,6 +10,7 @@ import optuna
 
 from autotune import record, search
 from autotune.plan import Plan, make_plan
+from autotune.space import Space
 from autotune.study import load_study
 from tests.studies import write_study
 
@@ -31,15 +32,20 @@ def new_study(tmp_path: Path) -> tuple[optuna.Study, Plan]:
     return optuna.create_study(direction="maximize"), make_plan(spec)
 
 
+def launch(trial: optuna.Trial, space: Space) -> None:
+    """Record the queued config as launched, as the tuner does before it measures."""
+    candidate = space.candidate(space.suggest(trial))
+    record.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
+    record.launched(trial, ["emulator"], "")
+
+
 def measure(study: optuna.Study, plan: Plan, steps: int, topk: int, value: float, spread: float = 0.01) -> None:
     """A launch of (steps, topk) that measured ``value`` with a 95% interval of +-``spread``."""
     space = plan.space
     record.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), "neighbour")
 
     def objective(trial: optuna.Trial) -> float:
-        candidate = space.candidate(space.suggest(trial))
-        record.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
-        record.launched(trial, ["emulator"], "")
+        launch(trial, space)
         record.measured(trial, {"concurrent_tok_s": value}, [], [value * (1 - spread), value * (1 + spread)])
         return value
 
@@ -53,9 +59,7 @@ def fail_for_the_infrastructure(study: optuna.Study, plan: Plan, steps: int, top
     record.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), role)
     for _ in range(2):
         def objective(trial: optuna.Trial) -> float:
-            candidate = space.candidate(space.suggest(trial))
-            record.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
-            record.launched(trial, ["emulator"], "")
+            launch(trial, space)
             record.failed(trial, "client_bound", "the client fell behind the server")
             raise RuntimeError("client_bound")
 

@@ -162,20 +162,23 @@ class Measurement:
         ttft = [r.ttft * 1000 for r in ok if r.ttft is not None]
         itl = [g * 1000 for r in ok for g in r.itl]
         e2e = [r.e2e for r in ok if r.e2e is not None]
-        batches = [x for lv in runs for x in lv.batch_rates()]
         verified = [r for r in ok if r.verify_steps]
         seconds = sum(lv.seconds for lv in runs)
         shares = [s for s in (lv.client_share for lv in runs) if s is not None]
         single = concurrency == 1
         timed = single and all(lv.server_timed for lv in runs)
-        rates = [r.tokens / ((r.server_e2e if timed else r.e2e) or math.inf) for r in ok]
+        # the interval's samples: the single stream's requests are independent, a concurrency level's are not
+        if single:
+            samples = [r.tokens / ((r.server_e2e if timed else r.e2e) or math.inf) for r in ok]
+        else:
+            samples = [x for lv in runs for x in lv.batch_rates()]
         out: dict[str, Any] = {
             "concurrency": concurrency,
             "requests": len(records),
             "measured": len(ok),
             "errors": sum(1 for r in records if not r.ok),
             "output_tok_s": sum(lv.tokens for lv in runs) / seconds if seconds > 0 else None,
-            "output_tok_s_rel_ci": relative_half_width(rates if single else batches),
+            "output_tok_s_rel_ci": relative_half_width(samples),
             "server_timed": timed,
             "window_s": None if single else round(seconds, 3),
             "decode_tok_s": mean(decode),

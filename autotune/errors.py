@@ -42,6 +42,7 @@ REASONS: dict[str, bool] = {
     "stalled": True,             # stopped streaming while measured
     "errors": True,              # answered requests with errors while measured
     "constraints": True,         # measured, but outside the study's [constraints]
+    "given_up": True,            # failed for the infrastructure after its retry; never deployed again
     "wrong_args": False,         # the server on the port runs other args than requested (a stale server)
     "port_busy": False,          # another process still holds the port
     "ssh_lost": False,           # the SSH connection to the target dropped

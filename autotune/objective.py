@@ -25,7 +25,7 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 from optuna.trial import TrialState
 
-from autotune import record
+from autotune import record, results
 from autotune.artifacts import upload_trial
 from autotune.bench.measure import Bench, Measurement
 from autotune.bringup import bring_up
@@ -123,6 +123,10 @@ class Objective:
             prior = self._measured(trial.study, candidate.key, trial.number)
             if prior is not None:
                 return self._reuse(trial, prior)
+            gone = results.given_up(trial.study.get_trials(deepcopy=False)).get(candidate.key)
+            if gone is not None:
+                return self._infeasible(trial, "given_up", f"the config of trial {gone.number}, which failed for the "
+                                        f"infrastructure after its retry ({record.reason_of(gone)})", stage="validate")
         self._bench = None
         self.deployment = None
         try:

@@ -29,6 +29,13 @@ def launches(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return [t for t in trials if t.state in FINISHED and t.number not in again and TrialRecord.of(t).launched]
 
 
+def given_up(trials: list[FrozenTrial]) -> dict[str, FrozenTrial]:
+    """Configs whose launch failed for the infrastructure even after its one retry, by config key (with that last
+    failed launch). Launching one again would pay for the same failure: a config fast enough to outrun the client,
+    say, ends ``client_bound`` every time."""
+    return {k: t for t in launches(trials) if t.state == TrialState.FAIL for k in record.config_keys(t) if k}
+
+
 def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     """Every finished trial that was not retried: launches, reused measurements and rejected configs."""
     again = retried(trials)

@@ -96,7 +96,7 @@ def _rivals(leader: results.Estimate, found: dict[str, results.Estimate]) -> lis
 
 def _confirmation(trials: list[optuna.trial.FrozenTrial], leader: results.Estimate,
                   found: dict[str, results.Estimate]) -> Queued | None:
-    given_up = _given_up(trials)
+    given_up = set(results.given_up(trials))
     for estimate in (leader, *_rivals(leader, found)):
         if estimate.launches == 1 and estimate.key not in given_up:  # the same parameters as that trial's, again
             return Queued(dict(trials[estimate.trials[0]].params), "confirmation")
@@ -110,13 +110,7 @@ def _measured_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
     for t in trials:
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING):
             keys.update(k for k in record.config_keys(t) if k)
-    return keys | _given_up(trials)
-
-
-def _given_up(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
-    """Config keys whose launch failed for the infrastructure even after its one retry. Trying one again would pay a
-    launch for the same failure: a config fast enough to outrun the client, say, ends ``client_bound`` every time."""
-    return {k for t in results.launches(trials) if t.state == TrialState.FAIL for k in record.config_keys(t) if k}
+    return keys | set(results.given_up(trials))
 
 
 def _points(space: Space, trials: list[optuna.trial.FrozenTrial],

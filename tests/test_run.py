@@ -30,9 +30,10 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     # the budget counts launches: a trial that reused a measurement or was rejected costs none
     assert launches(trials) == 7
     assert [c for _, _, c in finished if c.startswith("launch")] == [f"launch {n}/7" for n in range(1, 8)]
-    assert all(t["launched"] == (t["reused_from"] is None and t["reason"] != "invalid_config") for t in trials)
-    base = trials[0]
-    assert base["baseline"] and base["state"] == "COMPLETE" and base["value"] == pytest.approx(1.0)
+    assert all(t["launched"] == (t["reused_from"] is None and t["reason"] not in ("invalid_config", "given_up"))
+               for t in trials)
+    base = next(t for t in kept(trials) if t["baseline"])  # a busy machine may cut its first attempt short
+    assert base["state"] == "COMPLETE" and base["value"] == pytest.approx(1.0)
     assert base["params"] == {"speculative-num-steps": 1, "speculative-eagle-topk": 1,
                               "speculative-num-draft-tokens": 2}
     for key in ("single_tok_s", "concurrent_tok_s", "max_running_requests"):
@@ -47,7 +48,7 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     assert "--speculative-num-steps" in best["command"]
 
     # every deployed trial kept its own server log; the local server is stopped at the end
-    deployed = [t for t in trials if t["reused_from"] is None and t["reason"] != "invalid_config"]
+    deployed = [t for t in trials if t["launched"]]
     logs = tmp_path / "t-logs"
     for t in deployed:
         text = (logs / f"trial-{t['number']:04d}.log").read_text()
@@ -60,7 +61,7 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
     assert r.returncode == 0, r.stderr
     trials = status(study)["trials"]
     assert launches(trials) == 9
-    assert sum(t["baseline"] for t in trials) == 1
+    assert sum(t["baseline"] for t in kept(trials)) == 1
 
 
 GRID_SPACE = """
@@ -96,9 +97,9 @@ def test_invalid_and_duplicate_configs_cost_no_deployment(tmp_path: Path) -> Non
     assert all(t["reused_from"] == base["number"] for t in reused)
     assert all(t["value"] == base["value"] for t in reused)
     launched = sorted(p.name for p in (tmp_path / "t-logs").glob("trial-*.log"))
-    started = [t for t in everything if t["reused_from"] is None and t["reason"] != "invalid_config"]
+    started = [t for t in everything if t["launched"]]
     assert launched == [f"trial-{t['number']:04d}.log" for t in started]
-    measured = [t for t in trials if t["reused_from"] is None and t["reason"] != "invalid_config"]
+    measured = [t for t in trials if t["launched"]]
     assert len(measured) == 3  # the baseline, topk 2 with 2 and with 3 draft tokens
     # a budget of 7 launches, and a grid that holds only 3 deployable configs: it stops once the grid is done
     assert re.search(r"stopped \(exhausted\): 3/7 launches in \d+ trials", r.stdout)

@@ -1,7 +1,7 @@
 """How the tuner picks its next neighbour (autotune/search.py), on a study whose measurements are given: the move the
 measurements so far favour comes first, a leader with nothing left around it hands over to its close rivals, and a
-config whose launch failed for the infrastructure even after its retry is neither a neighbour nor a confirmation again.
-The whole search, on the emulator, is tests/test_search.py."""
+config whose launch failed for the infrastructure even after its retry is neither a neighbour nor a confirmation again,
+nor launched when the sampler proposes it. The whole search, on the emulator, is tests/test_search.py."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -9,9 +9,11 @@ from pathlib import Path
 import optuna
 
 from autotune import record, search
+from autotune.objective import Objective
 from autotune.plan import Plan, make_plan
 from autotune.space import Space
 from autotune.study import load_study
+from autotune.targets import make_target
 from tests.studies import write_study
 
 STEPS, TOPK = "speculative-num-steps", "speculative-eagle-topk"
@@ -135,3 +137,21 @@ def test_a_confirmation_that_failed_for_the_infrastructure_after_its_retry_goes_
     assert confirmation() == (4, 1)
     fail_for_the_infrastructure(study, plan, 4, 1, role="confirmation")
     assert confirmation() == (3, 1)
+
+
+def test_the_sampler_proposing_a_config_given_up_on_launches_nothing(tmp_path: Path) -> None:
+    study, plan = new_study(tmp_path)
+    measure(study, plan, 3, 1, 850)
+    fail_for_the_infrastructure(study, plan, 5, 1)
+    study.enqueue_trial(plan.space.internal({STEPS: 5, TOPK: 1}))  # as TPE would draw it: no role of the tuner's
+    target = make_target(plan.target, cwd=tmp_path)
+    try:
+        study.optimize(Objective(plan, target, should_stop=lambda: False), n_trials=1)
+    finally:
+        target.stop()
+    trial = study.get_trials(deepcopy=False)[-1]
+    rec = record.TrialRecord.of(trial)
+    assert trial.state == optuna.trial.TrialState.PRUNED, "rejected like an infeasible config: TPE learns to avoid it"
+    assert (rec.reason, rec.launched) == ("given_up", False)
+    assert f"trial {trial.number - 1}" in rec.detail and "client_bound" in rec.detail
+    assert not (plan.logs_dir / f"trial-{trial.number:04d}.log").exists(), "no server was started for it"

@@ -94,14 +94,16 @@ def _value_text(rec: TrialRecord) -> str:
 
 
 def launches_saved(recs: list[TrialRecord]) -> dict[str, Any]:
-    """Trials that cost no deployment: a reused measurement of the same effective config, or an invalid config
-    rejected by the engine's rules; and roughly the time that saved (the median deployed trial's duration)."""
+    """Trials that cost no deployment: a reused measurement of the same effective config, an invalid config
+    rejected by the engine's rules, or a config given up on (its retry failed for the infrastructure too); and
+    roughly the time that saved (the median deployed trial's duration)."""
     reused = [r for r in recs if r.reused_from is not None]
     invalid = [r for r in recs if r.reason == "invalid_config"]
+    given_up = [r for r in recs if r.reason == "given_up" and r.reused_from is None]
     deployed = [r.duration_s for r in recs if r.duration_s and r.launched and r.state in results.FINISHED]
     median = statistics.median(deployed) if deployed else None
-    saved = len(reused) + len(invalid)
-    return {"reused": len(reused), "invalid": len(invalid), "saved": saved,
+    saved = len(reused) + len(invalid) + len(given_up)
+    return {"reused": len(reused), "invalid": len(invalid), "given_up": len(given_up), "saved": saved,
             "seconds": saved * median if median is not None else None}
 
 
@@ -192,7 +194,9 @@ def _saved(recs: list[TrialRecord]) -> list[str]:
     return ["## Launches saved", "",
             f"{saved['saved']} of {len(recs)} trials deployed nothing{secs}: {saved['reused']} reused the "
             f"measurement of an identical effective config, {saved['invalid']} were invalid configs rejected by "
-            "the engine's rules before deployment.", ""]
+            "the engine's rules before deployment"
+            + (f", {saved['given_up']} proposed a config given up on (it failed for the infrastructure after its "
+               "retry)" if saved["given_up"] else "") + ".", ""]
 
 
 def _plots(plots: list[PlotResult]) -> list[str]:

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.targets.local import port_open
 from tests.conftest import run_autotune
-from tests.studies import port_of, status, write_study
+from tests.studies import kept, port_of, status, write_study
 
 #: four distinct valid configs besides the baseline, in grid order: every trial deploys a server
 DEPLOYING_SPACE = """
@@ -71,7 +71,8 @@ def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str) -> None
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     trials = assert_nothing_lost(study, 4)
-    assert trials[0]["baseline"] and trials[0]["state"] == "COMPLETE"
+    base = [t for t in kept(trials) if t["baseline"]]  # a busy machine may cut its first attempt short
+    assert len(base) == 1 and base[0]["state"] == "COMPLETE"
 
 
 def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) -> None:

@@ -96,7 +96,7 @@ def _rivals(leader: results.Estimate, found: dict[str, results.Estimate]) -> lis
 
 def _confirmation(trials: list[optuna.trial.FrozenTrial], leader: results.Estimate,
                   found: dict[str, results.Estimate]) -> Queued | None:
-    given_up = set(results.given_up(trials))
+    given_up = results.given_up(trials)
     for estimate in (leader, *_rivals(leader, found)):
         if estimate.launches == 1 and estimate.key not in given_up:  # the same parameters as that trial's, again
             return Queued(dict(trials[estimate.trials[0]].params), "confirmation")
@@ -110,7 +110,7 @@ def _measured_keys(trials: list[optuna.trial.FrozenTrial]) -> set[str]:
     for t in trials:
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING):
             keys.update(k for k in record.config_keys(t) if k)
-    return keys | set(results.given_up(trials))
+    return keys | results.given_up(trials).keys()
 
 
 def _points(space: Space, trials: list[optuna.trial.FrozenTrial],

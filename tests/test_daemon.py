@@ -14,7 +14,7 @@ import pytest
 
 from autotune.targets.local import port_open
 from tests.conftest import run_autotune
-from tests.studies import kept, port_of, status, write_study
+from tests.studies import kept, launches, port_of, status, write_study
 
 #: four distinct valid configs besides the baseline, in grid order: every trial deploys a server
 DEPLOYING_SPACE = """
@@ -43,8 +43,7 @@ def assert_nothing_lost(study: Path, budget: int) -> list[dict]:
     trials = status(study)["trials"]
     assert not [t for t in trials if t["state"] in ("RUNNING", "WAITING")], "a trial was left running or queued"
     retried = {t["retry_of"] for t in trials if t["retry_of"] is not None}
-    counted = [t for t in trials if t["number"] not in retried and t["launched"]]
-    assert len(counted) == budget, "the budget counts every launch once"
+    assert launches(trials) == budget, "the budget counts every launch once"
     for t in trials:
         if t["state"] == "FAIL":
             assert t["number"] in retried or t["retry_of"] is not None, f"trial {t['number']}'s config was lost"

@@ -13,7 +13,7 @@ import optuna
 import pytest
 
 from tests.conftest import free_port, run_autotune
-from tests.studies import SPEC_SPACE, status
+from tests.studies import SPEC_SPACE, kept, launches, status
 from tests.support import postgres
 
 
@@ -89,13 +89,11 @@ def test_three_workers_share_one_study_exactly(tmp_path: Path, database: str) ->
         assert f"[{name}] " in r.stdout and "stopped (budget)" in r.stdout
 
     rows = status(study)["trials"]
-    retried = {t["retry_of"] for t in rows if t["retry_of"] is not None}
-    counted = [t for t in rows if t["number"] not in retried and t["launched"]]
-    assert len(counted) == 10, "the budget of launches is met exactly, across workers"
+    assert launches(rows) == 10, "the budget of launches is met exactly, across workers"
     assert not [t for t in rows if t["state"] in ("RUNNING", "WAITING")]
     assert {t["target"] for t in rows} == {"a", "b", "c"}, "every worker contributed"
     # one baseline, however many workers (a busy machine may cut its first attempt short: then it counts its retry)
-    assert sum(t["baseline"] for t in rows if t["number"] not in retried) == 1
+    assert sum(t["baseline"] for t in kept(rows)) == 1
 
     # no effective config was ever deployed by two workers at the same time
     trials = load(database).get_trials()
@@ -138,6 +136,5 @@ def test_a_killed_worker_has_its_trial_retried_by_another(tmp_path: Path, databa
     retry = [t for t in rows if t["retry_of"] == victim]
     assert len(retry) == 1 and retry[0]["target"] == "b" and retry[0]["params"] == dead["params"]
     assert retry[0]["state"] in ("COMPLETE", "PRUNED")
-    retried = {t["retry_of"] for t in rows if t["retry_of"] is not None}
-    assert len([t for t in rows if t["number"] not in retried and t["launched"]]) == 6
+    assert launches(rows) == 6
     assert not [t for t in rows if t["state"] in ("RUNNING", "WAITING")]

@@ -132,13 +132,13 @@ class Files(Connection):
                         return False
                     raise
                 with f:
+                    f.chmod(mode)  # before the data: never readable by others with it
                     f.write(data)
-                s.chmod(path, mode)
                 return True
             tmp = f"{path}.tmp-{os.getpid()}-{threading.get_ident()}"
             with s.open(tmp, "wb") as f:
+                f.chmod(mode)
                 f.write(data)
-            s.chmod(tmp, mode)
             s.posix_rename(tmp, path)
             return True
         return self.sftp(go, f"writing {path}")

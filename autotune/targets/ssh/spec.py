@@ -8,8 +8,9 @@ from typing import Any
 from autotune.tables import PLAIN_TOKEN, Reader
 from autotune.targets.base import TargetSpec
 
-USER_NAME = re.compile(r"^[a-z_][a-z0-9_.-]*$")
-#: private to the remote user (created 0700; see remote.guard_lines)
+USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: private to the remote user (created 0700; checked before every use: programs/safedir.py)
 DEFAULT_WORKDIR = "~/.cache/autotune"
 
 
@@ -26,7 +27,7 @@ class SSHSpec(TargetSpec):
     password_env: str | None = None
     #: reach server_port through SSH port forwarding (the server may listen on the target's loopback only)
     tunnel: bool = False
-    #: logs, pid files, the lock and backups on the target
+    #: logs, pid files and backups on the target
     workdir: str = DEFAULT_WORKDIR
     connect_timeout: float = 10.0
     #: how long to keep reconnecting (with backoff) after the connection drops before failing with ssh_lost
@@ -40,16 +41,17 @@ class SSHSpec(TargetSpec):
         host = reader.get(table, where, "host", str, None)
         if host is None:
             reader.fail(where, "host", f"is required for kind = {cls.kind!r}")
-        if not PLAIN_TOKEN.match(host):
+        if not PLAIN_TOKEN.fullmatch(host):
             reader.fail(where, "host", f"must be a host name or address, got {host!r}")
         user = reader.get(table, where, "user", str, None)
-        if user is not None and not USER_NAME.match(user):
+        if user is not None and not USER_NAME.fullmatch(user):
             reader.fail(where, "user", f"must be a login name, got {user!r}")
         workdir = reader.get(table, where, "workdir", str, DEFAULT_WORKDIR)
-        if not workdir.startswith(("/", "~")) or not PLAIN_TOKEN.match(workdir.lstrip("~")):
-            reader.fail(where, "workdir", f"must be an absolute path of plain characters, got {workdir!r}")
+        if not workdir.startswith(("/", "~/")) or not PLAIN_TOKEN.fullmatch(workdir.removeprefix("~")):
+            reader.fail(where, "workdir", f"must be an absolute path or one under ~/ (the SSH user's home), of plain "
+                                          f"characters, got {workdir!r}")
         password_env = reader.get(table, where, "password_env", str, None)
-        if password_env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", password_env):
+        if password_env is not None and not ENV_NAME.fullmatch(password_env):
             reader.fail(where, "password_env",
                         "names an environment variable (the password itself never goes in a study)")
         return {

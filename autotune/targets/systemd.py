@@ -206,11 +206,11 @@ class SystemdDeployment(Deployment):
         return "\n".join(lines) + "\n" if lines else ""
 
 
-def _dropin_mode(text: str, secrets: tuple[str, ...] = ()) -> int:
+def _dropin_mode(text: str, values: tuple[str, ...] = ()) -> int:
     """0600 for a drop-in that may hold a secret (an Environment= line, a secret value or a secret-named flag),
     else 0644 (``systemctl cat`` shows it to everyone)."""
     words = text.replace('"', " ").replace("=", " ").split()
-    private = ("\nEnvironment=" in text or any(v in text for v in secrets) or redact.mask(text) != text
+    private = ("\nEnvironment=" in text or any(v in text for v in values) or redact.mask(text) != text
                or any(redact.is_secret(w.lstrip("-")) for w in words if w.startswith("-")))
     return 0o600 if private else 0o644
 

@@ -3,15 +3,16 @@ start on standard input as JSON: {"argv", "env", "files": {NAME: TEXT}, "mask": 
 
 Nothing of the start is on a command line: the secrets in it (values the server reads from its environment or from
 ``files``) reach the server through this program's standard input. In WORKDIR/SUBDIR, checked and then used through
-one open directory (safedir.py), it writes ``files`` (0600), creates ``server-STAMP.log`` and starts a daemon that
-makes itself a session and process-group leader, writes ``server.pid`` ({"pgid", "start", "exit", "log", "since",
-"token", "files"}: no argument, no secret), and forks and execs ARGV unchanged (no shell ever sees an argument) with
-``AUTOTUNE_LAUNCH=TOKEN`` added to its environment (ports.py tells the start's processes by it). The daemon copies the
-server's output into the log with every ``mask`` value replaced by ``***``, waits for the server and writes its exit
-status to ``server-STAMP.exit`` (``-N`` when signal N killed it, so a SIGKILLed server is told from one that exited
-with 137), then removes ``files``. It ignores SIGTERM and SIGINT so that it can record the status when the group is
-stopped; only SIGKILL to the whole group ends it without a record. This program prints the pid record, or
-{"error": ...} when the command cannot be found or the daemon does not start, and exits once the daemon runs.
+one open directory (safedir.py) that the server also runs in, it writes ``files`` (0600), creates
+``server-STAMP.log`` and starts a daemon that makes itself a session and process-group leader, writes ``server.pid``
+({"pgid", "start", "exit", "log", "since", "token", "files"}: no argument, no secret), and forks and execs ARGV
+unchanged (no shell ever sees an argument) with ``AUTOTUNE_LAUNCH=TOKEN`` added to its environment (ports.py tells
+the start's processes by it). The daemon copies the server's output into the log with every ``mask`` value replaced
+by ``***``, waits for the server and writes its exit status to ``server-STAMP.exit`` (``-N`` when signal N killed
+it, so a SIGKILLed server is told from one that exited with 137), then removes ``files``. It ignores SIGTERM and
+SIGINT so that it can record the status when the group is stopped; only SIGKILL to the whole group ends it without
+a record. This program prints the pid record, or {"error": ...} when the command cannot be found or the daemon does
+not start, and exits once the daemon runs.
 
 Runs with the target's python3 (>= 3.6, standard library only).
 """
@@ -153,6 +154,7 @@ def main(args: List[str]) -> int:
     names = {"log": "server-%s.log" % stamp, "exit": "server-%s.exit" % stamp}
     try:
         dfd = safedir.open_private(workdir, subdir)
+        os.fchdir(dfd)  # the server runs in its directory (relative paths in its command line start there)
         path = (request.get("env") or {}).get("PATH") or os.environ.get("PATH") or os.defpath
         if not found(argv[0], path):
             print(json.dumps({"error": "server command not found on the target: %s" % argv[0]}))

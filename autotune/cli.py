@@ -337,7 +337,8 @@ def sim_surface(profile: str | None, study_name: str | None, concurrency: int, s
     """The emulator's noise-free figures for every valid config of a space: the performance model's for a profile,
     or (--study) what a perfect client would measure with the study's workload."""
     from autotune.sim.profile import ProfileError
-    from autotune.sim.surface import SpaceError, format_study_table, format_table, parse_space, study_surface, surface
+    from autotune.sim.surface import SpaceError, format_table, parse_space, surface
+    from autotune.truth import format_study_table, study_surface
 
     try:
         if study_name is not None:

@@ -26,7 +26,7 @@ def open_storage(url: str, create: bool = True, heartbeat: float | None = None) 
     """
     kwargs: dict = {}
     if heartbeat is not None and not url.startswith("sqlite:"):
-        from autotune.retry import stale_trial_callback
+        from autotune.queue import stale_trial_callback
 
         kwargs.update(heartbeat_interval=max(1, round(heartbeat)), grace_period=max(3, round(3 * heartbeat)),
                       heartbeat_stale_trial_callback=stale_trial_callback)

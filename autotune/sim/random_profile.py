@@ -65,9 +65,12 @@ BANDWIDTH_EFFICIENCY = (0.70, 0.85)
 MOE_BANDWIDTH_FACTOR = (0.75, 0.95)
 #: kernel gaps, norms, rope and attention launch cost per layer under a CUDA graph, microseconds. Dense: llama70b
 #: 1.8 ms / 80 layers = 22 us (fitted to PR 4716), qwen14b 0.5 ms / 40 = 12.5 us, llama8b ~0 (its step is its weight
-#: read). MoE layers run ~20 kernels (router, top-k, align, two grouped GEMMs, activation quant): qwen235b 5.7 ms /
-#: 94 layers = 61 us.
-LAYER_GAP_US = {"dense": (5.0, 25.0), "moe": (30.0, 65.0)}
+#: read). MoE layers run ~20 kernels (router, top-k, align, two grouped GEMMs, activation quant) and measure far
+#: more than their reads: DeepSeek-V3 on 8x H200 decoded 44 tok/s at batch 1 in SGLang (PR 3582: 77 tok/s with MTP,
+#: a 1.76x speedup), ~300 us per layer beyond its ~3 ms of reads and all-reduces; the seed host (qwen122b, measured)
+#: ~180 us per layer; Qwen3-30B-A3B on one A100 104 tok/s (tt-inference-server issue 340), ~100 us; the qwen235b
+#: profile's estimate 61 us.
+LAYER_GAP_US = {"dense": (5.0, 25.0), "moe": (60.0, 300.0)}
 #: achieved fraction of dense tensor throughput for the verify forward's tens to hundreds of tokens. llama8b and
 #: llama70b on H100 bf16: 0.71; qwen14b (Marlin int4 on a 4090): 0.67; qwen235b (fp8 fused MoE on H100): 0.40.
 MFU = {"dense": (0.45, 0.75), "moe": (0.35, 0.60)}
@@ -352,6 +355,8 @@ def _derive(seed: int, card: Card, q: Quant, gpu: Gpu, tp: int, f: dict[str, flo
     d = _draft_params(card)
     draft_step_bytes = d["step_linear"] * q.linear_bytes + d["step_bf16"] * 2
     draft_step_ms = (draft_step_bytes / tp / bw + f["draft_fixed_ms"] + (tp - 1) * f["draft_per_rank_ms"])
+    if card.draft == "mtp":  # the MTP layer is one more target layer, with its kernel gaps
+        draft_step_ms += f["layer_gap_us"] / 1000
     draft_token_ms = 2 * (d["step_linear"] + d["step_bf16"]) / tp / (gpu.bf16_tflops * 1e9 * f["mfu"])
     fc_ms = d["fc"] * (q.linear_bytes if card.draft == "mtp" else 2) / tp / bw
     draft_extend_ms = draft_step_ms * f["draft_extend_ratio"] + fc_ms

@@ -134,7 +134,7 @@ def main() -> None:
           "the baseline, configs within 2%")
     print()
     hosts = [draw(seed) for seed in seeds]
-    width = 12
+    width = 16
     print(header(width))
     random_surveys = []
     for host in hosts:

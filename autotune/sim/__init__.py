@@ -121,5 +121,6 @@ Calibration and the surface
 ---------------------------
 ``autotune sim surface --profile P [--concurrency 32] [--json]`` prints the model's noise-free figures for every
 valid config of the default space (``surface.surface()`` returns the same dict). The seed calibration of
-``qwen122b`` is checked by tests/sim/test_model.py.
+``qwen122b`` is checked by tests/sim/test_model.py. ``autotune sim profile --random SEED`` writes a profile drawn
+from real GPUs and model cards (``random_profile.py``, ``catalog.py``).
 """

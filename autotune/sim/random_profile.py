@@ -67,9 +67,10 @@ MOE_BANDWIDTH_FACTOR = (0.75, 0.95)
 #: 1.8 ms / 80 layers = 22 us (fitted to PR 4716), qwen14b 0.5 ms / 40 = 12.5 us, llama8b ~0 (its step is its weight
 #: read). MoE layers run ~20 kernels (router, top-k, align, two grouped GEMMs, activation quant) and measure far
 #: more than their reads: DeepSeek-V3 on 8x H200 decoded 44 tok/s at batch 1 in SGLang (PR 3582: 77 tok/s with MTP,
-#: a 1.76x speedup), ~300 us per layer beyond its ~3 ms of reads and all-reduces; the seed host (qwen122b, measured)
-#: ~180 us per layer; Qwen3-30B-A3B on one A100 104 tok/s (tt-inference-server issue 340), ~100 us; the qwen235b
-#: profile's estimate 61 us.
+#: a 1.76x speedup), ~300 us per layer beyond its ~3 ms of reads and all-reduces; the seed host's 13.4 ms step
+#: (qwen122b, calibrated to its measured 123 tok/s at steps 1) leaves ~180 us per layer after its reads and PCIe
+#: all-reduces; Qwen3-30B-A3B on one A100 decoded 104 tok/s (tt-inference-server issue 340), ~100 us; the qwen235b
+#: profile's estimate (no measurement) 61 us.
 LAYER_GAP_US = {"dense": (5.0, 25.0), "moe": (60.0, 300.0)}
 #: achieved fraction of dense tensor throughput for the verify forward's tens to hundreds of tokens. llama8b and
 #: llama70b on H100 bf16: 0.71; qwen14b (Marlin int4 on a 4090): 0.67; qwen235b (fp8 fused MoE on H100): 0.40.

@@ -354,6 +354,27 @@ def sim_surface(profile: str | None, study_name: str | None, concurrency: int, s
     click.echo(json.dumps(result) if as_json else format_table(result))
 
 
+@sim.command("profile")
+@click.option("--random", "seed", required=True, type=click.IntRange(min=0), metavar="SEED",
+              help="Draw a random host, model and draft from this seed (the same seed, the same profile).")
+@click.option("--out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None, metavar="FILE",
+              help="Write the profile file here (default: print it).")
+def sim_profile(seed: int, out: Path | None) -> None:
+    """A physically plausible emulator profile drawn from real GPUs and model cards, for --sim-profile FILE and
+    `autotune sim surface --profile FILE`."""
+    from autotune.sim.random_profile import draw
+
+    host = draw(seed)
+    if out is None:
+        click.echo(host.toml(), nl=False)
+        return
+    try:
+        out.write_text(host.toml())
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror}") from None
+    click.echo(f"{out}: {host.name}: {host.describe()}")
+
+
 def main() -> None:
     os.umask(0o077)  # the study's database, logs, artifacts and backups are the user's alone
     try:

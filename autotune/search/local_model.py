@@ -46,6 +46,24 @@ def rank(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], uno
     """Indices of ``candidates``, most promising first; their given order when the model has too little to go on."""
     if not informed(measured, settings) or not candidates:
         return list(range(len(candidates)))
+    mu, sd = posterior(measured, candidates, unordered, settings)
+    score = mu + settings.kappa * sd
+    return sorted(range(len(candidates)), key=lambda i: -score[i])
+
+
+def improvement(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], unordered: Sequence[bool],
+                best: float, settings: SearchSettings) -> np.ndarray:
+    """Each candidate's expected improvement of the log value over ``best`` (the leader's), under the model."""
+    mu, sd = posterior(measured, candidates, unordered, settings)
+    sd = np.maximum(sd, 1e-9)
+    z = (mu - best) / sd
+    return (mu - best) * _cdf(z) + sd * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
+
+
+def posterior(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], unordered: Sequence[bool],
+              settings: SearchSettings) -> tuple[np.ndarray, np.ndarray]:
+    """The model's mean and standard deviation of the log value at each candidate. The model is fitted to the
+    measured points (a point without a value counts at the worst value seen) under the likeliest length scale."""
     values = [p.log_value for p in measured if p.log_value is not None]
     floor = min(values)
     x = np.array([p.places for p in measured], dtype=float)
@@ -53,7 +71,7 @@ def rank(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], uno
     noise = np.array([max(p.noise, MIN_NOISE) ** 2 for p in measured])
     mask = np.array(unordered, dtype=bool)
     mean = float(y.mean())
-    signal = max(float(y.var()), 1e-4)
+    signal = max(float(y.var()), settings.min_signal)
     fits = [_fit(x, y - mean, noise, signal, ell, mask) for ell in settings.lengthscales]
     best = max(fits, key=lambda f: f.likelihood)
     c = np.array(candidates, dtype=float)
@@ -61,8 +79,11 @@ def rank(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], uno
     mu = mean + k @ best.alpha
     v = np.linalg.solve(best.chol, k.T)
     sd = np.sqrt(np.maximum(signal - (v * v).sum(axis=0), 0.0))
-    score = mu + settings.kappa * sd
-    return sorted(range(len(candidates)), key=lambda i: -score[i])
+    return mu, sd
+
+
+def _cdf(z: np.ndarray) -> np.ndarray:
+    return 0.5 * (1 + np.vectorize(math.erf)(z / math.sqrt(2)))
 
 
 @dataclass

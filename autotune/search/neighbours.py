@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
-from autotune.space import Space, values_inside
+from autotune.space import Candidate, Space, values_inside
 from autotune.study import ParamSpec
 
 
@@ -31,6 +31,56 @@ def moves(space: Space, params: dict[str, ArgValue], measured: set[str],
             if key not in measured and key not in {k for _, k in options}:
                 options.append((moved, key))
     return options
+
+
+def lower(space: Space, params: dict[str, ArgValue], measured: set[str],
+          stride: float = 1 / 8) -> list[tuple[dict[str, ArgValue], str]]:
+    """The unmeasured configs one stride below ``params`` in one of the flags the engine's memory need grows with,
+    in the engine's order (``Engine.memory_flags``: SGLang lowers draft tokens first, then steps)."""
+    try:
+        args = space.candidate(params).args
+    except InvalidConfig:
+        return []
+    options: list[tuple[dict[str, ArgValue], str]] = []
+    for name in space.engine.memory_flags(args):
+        p = next((q for q in space.params if q.name == name), None)
+        if p is None or name not in params:
+            continue
+        values = _values(space, p, params)
+        here = _index(values, params[name])
+        if here is None:
+            continue
+        below = here - max(1, round(len(values) * stride))
+        if below < 0:
+            below = 0 if here > 0 else None
+        if below is None:
+            continue
+        moved = _refit(space, params, {**params, name: values[below]})
+        try:
+            key = space.candidate(moved).key
+        except InvalidConfig:
+            continue
+        if key not in measured and key not in {k for _, k in options}:
+            options.append((moved, key))
+    return options
+
+
+def valid_configs(space: Space) -> list[tuple[dict[str, ArgValue], Candidate]]:
+    """Every distinct config of the space the engine runs: its tuned flags' effective values and its candidate."""
+    seen: set[str] = set()
+    out = []
+    for raw in space.configs():
+        try:
+            candidate = space.candidate(raw)
+        except InvalidConfig:
+            continue
+        if candidate.key in seen:
+            continue
+        seen.add(candidate.key)
+        params = candidate.tuned(space.names)
+        if all(p.contains(params[p.name]) for p in space.params if p.name in params):
+            out.append((params, candidate))
+    return out
 
 
 def places(space: Space, params: dict[str, ArgValue]) -> tuple[float, ...]:

@@ -28,14 +28,18 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import record, results
 from autotune.engines import ArgValue
 from autotune.record import TrialRecord
-from autotune.search.local_model import Point, informed, rank
-from autotune.search.neighbours import moves, places, unordered
+from autotune.search.feasibility import MEMORY_REASONS, Feasibility
+from autotune.search.local_model import Point, improvement, informed, rank
+from autotune.search.neighbours import lower, moves, places, unordered, valid_configs
 from autotune.search.sampling import MODEL_BASED
 from autotune.search.settings import SearchSettings
 from autotune.space import Space
 
 if TYPE_CHECKING:
     from autotune.plan import Plan
+
+#: roles of the configs the tuner's own search queues (a neighbour every ``neighbour_every`` launches)
+OWN = ("neighbour", "model", "shrink")
 
 
 @dataclass(frozen=True)
@@ -50,7 +54,7 @@ class Proposal:
 
 def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: int, seed: int | None = None
             ) -> Proposal | None:
-    """A neighbour or a confirmation to measure next (None: let the sampler propose). ``trials``: the study's."""
+    """The tuner's next config to measure (None: let the sampler propose). ``trials``: the study's."""
     settings = plan.search
     launched = results.launches(trials)
     running = sum(1 for t in trials if t.state == TrialState.RUNNING)
@@ -68,13 +72,21 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     if plan.spec.sampler not in MODEL_BASED or not settings.neighbour_every:
         return None  # random search and the grid stay what they say they are
     done = sorted((TrialRecord.of(t) for t in launched), key=lambda r: r.number)
+    start = plan.startup if settings.model_from is None else settings.model_from
     since = settings.neighbour_every - 1
-    recent = done[plan.startup:][-since:] if since else []
-    if len(done) < plan.startup or any(r.role == "neighbour" for r in recent):
+    recent = done[start:][-since:] if since else []
+    if len(done) < start or any(r.role in OWN for r in recent):
         return None
     measured = _measured_keys(trials)
     rng = random.Random(None if seed is None else seed * 7919 + len(done))
-    points = _points(plan.space, trials, found)
+    feasibility = Feasibility(plan.engine, trials)
+    points = _points(plan.space, trials, found, settings.oom_in_model)
+    if settings.shrink_after_oom and done and done[-1].reason in MEMORY_REASONS:
+        shrunk = _below(plan.space, done[-1].params, measured, feasibility)
+        if shrunk is not None:
+            return shrunk
+    if settings.scope == "global":
+        return _anywhere(plan.space, settings, leader, measured, points, feasibility, rng)
     rivals = _rivals(leader, found) if settings.rivals_neighbours else []
     around = [TrialRecord.of(trials[e.trials[0]]).params for e in (leader, *rivals)]
     return _neighbour(plan.space, settings, around, measured, points, rng)
@@ -104,9 +116,12 @@ def _measured_keys(trials: list[FrozenTrial]) -> set[str]:
     return keys | results.given_up(trials).keys()
 
 
-def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Estimate]) -> list[Point]:
-    """What the local model learns from: every measured config's pooled estimate, and every config a launch found
-    infeasible or stopped early (failures of the infrastructure are not the config's and are left out)."""
+def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Estimate],
+            oom_in_model: bool = False) -> list[Point]:
+    """What the model of the objective learns from: every measured config's pooled estimate, and every config a
+    launch found infeasible or stopped early. Failures of the infrastructure are not the config's and are left
+    out; so are memory failures (unless ``oom_in_model``): they mark the memory boundary (feasibility.py), not a
+    poor region."""
     points = []
     for e in found.values():
         params = TrialRecord.of(trials[e.trials[0]]).params
@@ -116,9 +131,44 @@ def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Es
         rec = TrialRecord.of(t)
         if t.state == TrialState.FAIL or rec.feasible or rec.config_key in found:
             continue
+        if rec.reason in MEMORY_REASONS and not oom_in_model:
+            continue
         if set(space.names) <= set(rec.params):
             points.append(Point(places(space, rec.params)))
     return points
+
+
+def _below(space: Space, params: dict[str, ArgValue], measured: set[str], feasibility: Feasibility
+           ) -> Proposal | None:
+    """The same tree just below a config that ran out of memory: its memory flags lowered one at a time, in the
+    engine's order (SGLang: fewer draft tokens, then fewer steps), the first config not measured yet and not above
+    a known failure."""
+    for moved, _ in lower(space, params, measured):
+        if feasibility.known_oom(space.candidate(moved).args) is None:
+            return Proposal(space.internal(moved), "shrink")
+    return None
+
+
+def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, measured: set[str],
+              points: list[Point], feasibility: Feasibility, rng: random.Random) -> Proposal | None:
+    """The unmeasured valid config with the best expected improvement over the leader times its chance of fitting
+    in memory, over the whole space; at random while the model has too few points."""
+    options = []
+    for params, candidate in valid_configs(space):
+        if candidate.key in measured:
+            continue
+        chance = feasibility.probability(candidate.args, settings.fit_unknown)
+        if chance > 0:
+            options.append((params, chance))
+    if not options:
+        return None
+    rng.shuffle(options)
+    if not informed(points, settings):
+        return Proposal(space.internal(options[0][0]), "model")
+    gain = improvement(points, [places(space, p) for p, _ in options], unordered(space), math.log(leader.value),
+                       settings)
+    best = max(range(len(options)), key=lambda i: gain[i] * options[i][1])
+    return Proposal(space.internal(options[best][0]), "model")
 
 
 def _neighbour(space: Space, settings: SearchSettings, around: list[dict[str, ArgValue]], measured: set[str],

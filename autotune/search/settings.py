@@ -23,6 +23,24 @@ class SearchSettings:
     lengthscales: tuple[float, ...] = (0.15, 0.25, 0.4, 0.7, 1.2)
     #: measured values the local model needs before it ranks anything (fewer: a random neighbour)
     min_points: int = 3
+    #: the least variance of the log value the model assumes (a landscape measured flat so far may still not be)
+    min_signal: float = 1e-4
+    #: where the tuner's own next config comes from: "local" (a neighbour of the leader or of its close rivals,
+    #: ranked by the model) or "global" (every unmeasured valid config, by expected improvement times the chance
+    #: that it fits in memory)
+    scope: str = "local"
+    #: how many of the engine's starting points a study measures after the baseline (None: all of them)
+    starting_points: int | None = None
+    #: launches before the tuner's own proposals begin (None: the study's startup_trials)
+    model_from: int | None = None
+    #: after a launch that ran out of memory, measure the same tree just below it next (fewer draft tokens, then
+    #: fewer steps) before anything else
+    shrink_after_oom: bool = False
+    #: a config that ran out of memory counts in the objective's model at the worst value seen (False: only the
+    #: feasibility model learns from it)
+    oom_in_model: bool = False
+    #: the chance of fitting given to a config neither above a memory failure nor below a config that started
+    fit_unknown: float = 0.5
 
     def confirm_reserve(self, budget: int) -> int:
         """Launches kept for confirmations: none in a very short study."""

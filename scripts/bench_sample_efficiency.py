@@ -169,6 +169,9 @@ SETUPS: dict[str, dict[str, Any]] = {
     "global": {"_search": {"scope": "global"}},
     "global-s3": {"_search": {"scope": "global", "starting_points": 3, "model_from": 4}},
     "global-s1": {"_search": {"scope": "global", "starting_points": 1, "model_from": 2}},
+    "physics": {"_search": {"scope": "global", "physics": True}},
+    "physics-s3": {"_search": {"scope": "global", "physics": True, "starting_points": 3, "model_from": 4}},
+    "physics-s1": {"_search": {"scope": "global", "physics": True, "starting_points": 1, "model_from": 2}},
     "s4": {"startup_trials": 4},
     "s8": {"startup_trials": 8},
 }

@@ -108,6 +108,11 @@ class Engine(ABC):
         (and equal in the rest) runs out too, and one at most as large as a config that fitted fits."""
         return ()
 
+    def draft_tree(self, args: Mapping[str, ArgValue]) -> tuple[int, int, int] | None:
+        """A speculative config's draft tree as the server runs it, (steps, topk, draft tokens), for the search's
+        model of what those numbers do (search/physics.py); None when ``args`` draft no tree."""
+        return None
+
     def auth_headers(self, args: Mapping[str, ArgValue]) -> dict[str, str]:
         """The headers every request to a server started with ``args`` needs (its API key, if it has one)."""
         key = args.get(self.api_key_flag) if self.api_key_flag else None

@@ -123,6 +123,15 @@ class SGLang(Engine):
             return ()
         return DRAFT_TOKENS, TREE_ARGS[0], TREE_ARGS[1]
 
+    def draft_tree(self, args: Mapping[str, ArgValue]) -> tuple[int, int, int] | None:
+        if not self.memory_flags(args):
+            return None
+        try:
+            steps, topk, draft = (_positive_int(dict(args), a) for a in TREE_ARGS)
+        except InvalidConfig:
+            return None
+        return steps, topk, steps + 1 if topk == 1 else draft
+
     def starting_points(self, values: Mapping[str, Sequence[ArgValue]], fixed: Mapping[str, ArgValue]) -> list[Args]:
         """An EAGLE tree is tuned by hand the same way each time: first deeper (more steps) on the narrowest tree,
         usually the chain (topk 1, SGLang's own choice for most models, at 3 steps), then wider. So: the narrowest topk

@@ -34,6 +34,7 @@ class Point:
     places: tuple[float, ...]
     log_value: float | None = None  # None: failed or stopped early
     noise: float = MIN_NOISE        # relative standard deviation of the value
+    prior: float = 0.0              # the prior mean of the log value here (search/physics.py's prediction)
 
 
 def informed(measured: Sequence[Point], settings: SearchSettings) -> bool:
@@ -52,22 +53,24 @@ def rank(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], uno
 
 
 def improvement(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], unordered: Sequence[bool],
-                best: float, settings: SearchSettings) -> np.ndarray:
-    """Each candidate's expected improvement of the log value over ``best`` (the leader's), under the model."""
-    mu, sd = posterior(measured, candidates, unordered, settings)
+                best: float, settings: SearchSettings, prior: Sequence[float] | None = None) -> np.ndarray:
+    """Each candidate's expected improvement of the log value over ``best`` (the leader's), under the model;
+    ``prior``: the candidates' prior means (the measured points carry theirs)."""
+    mu, sd = posterior(measured, candidates, unordered, settings, prior)
     sd = np.maximum(sd, 1e-9)
     z = (mu - best) / sd
     return (mu - best) * _cdf(z) + sd * np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
 
 
 def posterior(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], unordered: Sequence[bool],
-              settings: SearchSettings) -> tuple[np.ndarray, np.ndarray]:
+              settings: SearchSettings, prior: Sequence[float] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """The model's mean and standard deviation of the log value at each candidate. The model is fitted to the
-    measured points (a point without a value counts at the worst value seen) under the likeliest length scale."""
+    measured points' departures from their prior means (a point without a value counts at the worst value seen)
+    under the likeliest length scale."""
     values = [p.log_value for p in measured if p.log_value is not None]
     floor = min(values)
     x = np.array([p.places for p in measured], dtype=float)
-    y = np.array([floor if p.log_value is None else p.log_value for p in measured])
+    y = np.array([(floor if p.log_value is None else p.log_value) - p.prior for p in measured])
     noise = np.array([max(p.noise, MIN_NOISE) ** 2 for p in measured])
     mask = np.array(unordered, dtype=bool)
     mean = float(y.mean())
@@ -76,7 +79,7 @@ def posterior(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]]
     best = max(fits, key=lambda f: f.likelihood)
     c = np.array(candidates, dtype=float)
     k = signal * _kernel(c, x, best.lengthscale, mask)
-    mu = mean + k @ best.alpha
+    mu = mean + k @ best.alpha + (np.zeros(len(c)) if prior is None else np.array(prior, dtype=float))
     v = np.linalg.solve(best.chol, k.T)
     sd = np.sqrt(np.maximum(signal - (v * v).sum(axis=0), 0.0))
     return mu, sd

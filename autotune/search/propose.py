@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -29,7 +30,9 @@ from autotune import record, results
 from autotune.engines import ArgValue
 from autotune.record import TrialRecord
 from autotune.search.feasibility import MEMORY_REASONS, Feasibility
+from autotune.score import objective_values
 from autotune.search.local_model import Point, improvement, informed, rank
+from autotune.search.physics import Observation, Physics
 from autotune.search.neighbours import lower, moves, places, unordered, valid_configs
 from autotune.search.sampling import MODEL_BASED
 from autotune.search.settings import SearchSettings
@@ -38,6 +41,8 @@ from autotune.space import Space
 if TYPE_CHECKING:
     from autotune.plan import Plan
 
+#: a config's prior mean of the log objective
+Prior = Callable[[dict[str, ArgValue]], float]
 #: roles of the configs the tuner's own search queues (a neighbour every ``neighbour_every`` launches)
 OWN = ("neighbour", "model", "shrink")
 
@@ -80,13 +85,14 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     measured = _measured_keys(trials)
     rng = random.Random(None if seed is None else seed * 7919 + len(done))
     feasibility = Feasibility(plan.engine, trials)
-    points = _points(plan.space, trials, found, settings.oom_in_model)
+    predict = _physics(study, plan, trials) if settings.physics and settings.scope == "global" else None
+    points = _points(plan.space, trials, found, settings.oom_in_model, predict)
     if settings.shrink_after_oom and done and done[-1].reason in MEMORY_REASONS:
         shrunk = _below(plan.space, done[-1].params, measured, feasibility)
         if shrunk is not None:
             return shrunk
     if settings.scope == "global":
-        return _anywhere(plan.space, settings, leader, measured, points, feasibility, rng)
+        return _anywhere(plan.space, settings, leader, measured, points, feasibility, rng, predict)
     rivals = _rivals(leader, found) if settings.rivals_neighbours else []
     around = [TrialRecord.of(trials[e.trials[0]]).params for e in (leader, *rivals)]
     return _neighbour(plan.space, settings, around, measured, points, rng)
@@ -117,16 +123,17 @@ def _measured_keys(trials: list[FrozenTrial]) -> set[str]:
 
 
 def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Estimate],
-            oom_in_model: bool = False) -> list[Point]:
+            oom_in_model: bool = False, prior: Prior | None = None) -> list[Point]:
     """What the model of the objective learns from: every measured config's pooled estimate, and every config a
     launch found infeasible or stopped early. Failures of the infrastructure are not the config's and are left
     out; so are memory failures (unless ``oom_in_model``): they mark the memory boundary (feasibility.py), not a
-    poor region."""
+    poor region. ``prior``: each point's prior mean of the log value (physics.py's prediction)."""
     points = []
     for e in found.values():
         params = TrialRecord.of(trials[e.trials[0]]).params
         if e.value > 0:
-            points.append(Point(places(space, params), math.log(e.value), e.relative_sd))
+            points.append(Point(places(space, params), math.log(e.value), e.relative_sd,
+                                prior(params) if prior else 0.0))
     for t in results.launches(trials):
         rec = TrialRecord.of(t)
         if t.state == TrialState.FAIL or rec.feasible or rec.config_key in found:
@@ -134,8 +141,41 @@ def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Es
         if rec.reason in MEMORY_REASONS and not oom_in_model:
             continue
         if set(space.names) <= set(rec.params):
-            points.append(Point(places(space, rec.params)))
+            points.append(Point(places(space, rec.params), prior=prior(rec.params) if prior else 0.0))
     return points
+
+
+def _physics(study: optuna.Study, plan: Plan, trials: list[FrozenTrial]) -> Prior | None:
+    """The log objective physics.py predicts for a config from this study's launches (None: too few launches, no
+    draft tree, or an objective it cannot predict), scored as the objective scores a measurement."""
+    spec = plan.spec
+    if spec.objective not in ("single", "concurrent", "weighted", "mix"):
+        return None
+    observations = []
+    for t in trials:
+        rec = TrialRecord.of(t)
+        if not rec.feasible or rec.reused_from is not None or rec.config is None:
+            continue
+        tree = plan.engine.draft_tree(rec.config)
+        levels = {int(c): float(v) for c, v in (rec.metrics.get("level_output_tok_s") or {}).items() if v}
+        length = rec.metrics.get("accept_length") or rec.metrics.get("concurrent_accept_length")
+        if tree is not None and levels and length:
+            observations.append(Observation(tree, float(length), levels))
+    model = Physics.fit(observations)
+    if model is None:
+        return None
+    reference = record.study.reference(study)
+    top = max(spec.levels)
+
+    def predict(params: dict[str, ArgValue]) -> float:
+        tree = plan.engine.draft_tree(plan.space.candidate(params).args)
+        if tree is None:
+            return 0.0
+        levels = model.tok_s(tree)
+        metrics = {"single_tok_s": levels.get(1), "concurrent_tok_s": levels.get(top),
+                   "level_output_tok_s": {str(c): v for c, v in levels.items()}}
+        return math.log(max(objective_values(spec.objective, metrics, reference, spec.workload.mix)[0], 1e-12))
+    return predict
 
 
 def _below(space: Space, params: dict[str, ArgValue], measured: set[str], feasibility: Feasibility
@@ -150,7 +190,8 @@ def _below(space: Space, params: dict[str, ArgValue], measured: set[str], feasib
 
 
 def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, measured: set[str],
-              points: list[Point], feasibility: Feasibility, rng: random.Random) -> Proposal | None:
+              points: list[Point], feasibility: Feasibility, rng: random.Random, prior: Prior | None = None
+              ) -> Proposal | None:
     """The unmeasured valid config with the best expected improvement over the leader times its chance of fitting
     in memory, over the whole space; at random while the model has too few points."""
     options = []
@@ -166,7 +207,7 @@ def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, 
     if not informed(points, settings):
         return Proposal(space.internal(options[0][0]), "model")
     gain = improvement(points, [places(space, p) for p, _ in options], unordered(space), math.log(leader.value),
-                       settings)
+                       settings, [prior(p) for p, _ in options] if prior else None)
     best = max(range(len(options)), key=lambda i: gain[i] * options[i][1])
     return Proposal(space.internal(options[best][0]), "model")
 

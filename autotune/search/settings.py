@@ -39,6 +39,8 @@ class SearchSettings:
     #: a config that ran out of memory counts in the objective's model at the worst value seen (False: only the
     #: feasibility model learns from it)
     oom_in_model: bool = False
+    #: the global model's prior mean: what the study's launches say steps, topk and draft tokens do (physics.py)
+    physics: bool = False
     #: the chance of fitting given to a config neither above a memory failure nor below a config that started
     fit_unknown: float = 0.5
 

@@ -171,6 +171,8 @@ SETUPS: dict[str, dict[str, Any]] = {
     "global-s1": {"_search": {"scope": "global", "starting_points": 1, "model_from": 2}},
     "physics": {"_search": {"scope": "global", "physics": True}},
     "physics-s3": {"_search": {"scope": "global", "physics": True, "starting_points": 3, "model_from": 4}},
+    "global-s2": {"_search": {"scope": "global", "starting_points": 2, "model_from": 3}},
+    "physics-s2": {"_search": {"scope": "global", "physics": True, "starting_points": 2, "model_from": 3}},
     "physics-s1": {"_search": {"scope": "global", "physics": True, "starting_points": 1, "model_from": 2}},
     "s4": {"startup_trials": 4},
     "s8": {"startup_trials": 8},

@@ -84,13 +84,9 @@ def at_least(engine: Engine, big: Mapping[str, ArgValue], small: Mapping[str, Ar
     flags = engine.memory_flags(big)
     if not flags or set(flags) != set(engine.memory_flags(small)) or set(big) != set(small):
         return False
-    for name, value in big.items():
-        if name in flags:
-            if not _number(value) >= _number(small[name]):
-                return False
-        elif value != small[name]:
-            return False
-    return True
+    if any(value != small[name] for name, value in big.items() if name not in flags):
+        return False
+    return all(_number(big[name]) >= _number(small[name]) for name in flags)
 
 
 def _plain(engine: Engine, args: Mapping[str, ArgValue]) -> dict[str, ArgValue]:

@@ -7,6 +7,8 @@ chain's old draft count.
 """
 from __future__ import annotations
 
+import functools
+
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
 from autotune.space import Candidate, Space, values_inside
@@ -65,8 +67,10 @@ def lower(space: Space, params: dict[str, ArgValue], measured: set[str],
     return options
 
 
-def valid_configs(space: Space) -> list[tuple[dict[str, ArgValue], Candidate]]:
-    """Every distinct config of the space the engine runs: its tuned flags' effective values and its candidate."""
+@functools.lru_cache(maxsize=16)
+def valid_configs(space: Space) -> tuple[tuple[dict[str, ArgValue], Candidate, tuple[float, ...]], ...]:
+    """Every distinct config of the space the engine runs: its tuned flags' effective values, its candidate and its
+    coordinates (``places``). Worked out once per space (a few thousand resolutions)."""
     seen: set[str] = set()
     out = []
     for raw in space.configs():
@@ -79,8 +83,8 @@ def valid_configs(space: Space) -> list[tuple[dict[str, ArgValue], Candidate]]:
         seen.add(candidate.key)
         params = candidate.tuned(space.names)
         if all(p.contains(params[p.name]) for p in space.params if p.name in params):
-            out.append((params, candidate))
-    return out
+            out.append((params, candidate, places(space, params)))
+    return tuple(out)
 
 
 def places(space: Space, params: dict[str, ArgValue]) -> tuple[float, ...]:

@@ -64,6 +64,16 @@ def accept_length(tree: Tree, first: float, decay: float, gain: float) -> float:
     return length
 
 
+def _lengths(tree: Tree, first: np.ndarray, decay: np.ndarray, gain: np.ndarray) -> np.ndarray:
+    """``accept_length`` for arrays of the three numbers at once."""
+    length, reach = np.ones_like(first), np.ones_like(first)
+    for j, m in enumerate(allocation(tree)):
+        q = first * decay ** j
+        reach = reach * (1.0 - (1.0 - q) ** (m ** gain))
+        length = length + reach
+    return length
+
+
 def features(tree: Tree) -> list[float]:
     steps, topk, draft = tree
     return [1.0, float(steps), float(draft), float(steps * topk)]
@@ -82,13 +92,12 @@ class Physics:
         if len({o.tree for o in usable}) < min_launches:
             return None
         trees = [o.tree for o in usable]
-        lengths = np.array([o.accept_length for o in usable])
-        best, best_err = (0.7, 0.9, 0.4), math.inf
-        for first, decay, gain in itertools.product(FIRST, DECAY, GAIN):
-            predicted = np.array([accept_length(t, first, decay, gain) for t in trees])
-            err = float(((np.log(predicted) - np.log(lengths)) ** 2).sum())
-            if err < best_err:
-                best, best_err = (first, decay, gain), err
+        first, decay, gain = (np.array(v) for v in zip(*itertools.product(FIRST, DECAY, GAIN), strict=True))
+        err = np.zeros(len(first))
+        for o in usable:
+            err += (np.log(_lengths(o.tree, first, decay, gain)) - math.log(o.accept_length)) ** 2
+        i = int(np.argmin(err))
+        best = (float(first[i]), float(decay[i]), float(gain[i]))
         x = np.array([features(t) for t in trees])
         levels = set.intersection(*(set(o.level_tok_s) for o in usable))
         costs = {c: _nnls(x, np.array([o.accept_length / o.level_tok_s[c] for o in usable])) for c in levels}

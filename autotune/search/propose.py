@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import random
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -41,8 +41,8 @@ from autotune.space import Space
 if TYPE_CHECKING:
     from autotune.plan import Plan
 
-#: a config's prior mean of the log objective
-Prior = Callable[[dict[str, ArgValue]], float]
+#: a config's prior mean of the log objective, from its effective args
+Prior = Callable[[Mapping[str, ArgValue]], float]
 #: roles of the configs the tuner's own search queues (a neighbour every ``neighbour_every`` launches)
 OWN = ("neighbour", "model", "shrink")
 
@@ -132,8 +132,9 @@ def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Es
     for e in found.values():
         params = TrialRecord.of(trials[e.trials[0]]).params
         if e.value > 0:
+            config = TrialRecord.of(trials[e.trials[0]]).config or {}
             points.append(Point(places(space, params), math.log(e.value), e.relative_sd,
-                                prior(params) if prior else 0.0))
+                                prior(config) if prior else 0.0))
     for t in results.launches(trials):
         rec = TrialRecord.of(t)
         if t.state == TrialState.FAIL or rec.feasible or rec.config_key in found:
@@ -141,7 +142,7 @@ def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Es
         if rec.reason in MEMORY_REASONS and not oom_in_model:
             continue
         if set(space.names) <= set(rec.params):
-            points.append(Point(places(space, rec.params), prior=prior(rec.params) if prior else 0.0))
+            points.append(Point(places(space, rec.params), prior=prior(rec.config or {}) if prior else 0.0))
     return points
 
 
@@ -167,8 +168,8 @@ def _physics(study: optuna.Study, plan: Plan, trials: list[FrozenTrial]) -> Prio
     reference = record.study.reference(study)
     top = max(spec.levels)
 
-    def predict(params: dict[str, ArgValue]) -> float:
-        tree = plan.engine.draft_tree(plan.space.candidate(params).args)
+    def predict(args: Mapping[str, ArgValue]) -> float:
+        tree = plan.engine.draft_tree(args)
         if tree is None:
             return 0.0
         levels = model.tok_s(tree)
@@ -195,20 +196,20 @@ def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, 
     """The unmeasured valid config with the best expected improvement over the leader times its chance of fitting
     in memory, over the whole space; at random while the model has too few points."""
     options = []
-    for params, candidate in valid_configs(space):
+    for params, candidate, where in valid_configs(space):
         if candidate.key in measured:
             continue
         chance = feasibility.probability(candidate.args, settings.fit_unknown)
         if chance > 0:
-            options.append((params, chance))
+            options.append((params, candidate, where, chance))
     if not options:
         return None
     rng.shuffle(options)
     if not informed(points, settings):
         return Proposal(space.internal(options[0][0]), "model")
-    gain = improvement(points, [places(space, p) for p, _ in options], unordered(space), math.log(leader.value),
-                       settings, [prior(p) for p, _ in options] if prior else None)
-    best = max(range(len(options)), key=lambda i: gain[i] * options[i][1])
+    gain = improvement(points, [where for _, _, where, _ in options], unordered(space), math.log(leader.value),
+                       settings, [prior(c.args) for _, c, _, _ in options] if prior else None)
+    best = max(range(len(options)), key=lambda i: gain[i] * options[i][3])
     return Proposal(space.internal(options[best][0]), "model")
 
 

@@ -34,6 +34,11 @@ class Plan:
     search: SearchSettings = field(default_factory=SearchSettings)
 
     @property
+    def opening(self) -> list[dict[str, ArgValue]]:
+        """The starting points a new study measures after the baseline: as many as the search's settings say."""
+        return self.starting_points[:self.search.starting_points]
+
+    @property
     def startup(self) -> int:
         """Launches before the model-based samplers and the local search take over."""
         return startup_launches(self.spec)

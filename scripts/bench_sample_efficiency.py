@@ -142,7 +142,9 @@ def clock_seeds(n: int) -> tuple[int, list[int]]:
     return clock, [rng.randrange(10 ** 9) for _ in range(n)]
 
 
-#: sampler setups: [study] keys (a missing key is autotune's default)
+#: the search's settings until the whole-space model
+LOCAL = {"scope": "local", "starting_points": None}
+#: sampler setups: [study] keys (a missing key is autotune's default); "_search": SearchSettings fields
 SETUPS: dict[str, dict[str, Any]] = {
     "default": {},
     "tpe-random-start": {"initial_design": "random"},
@@ -150,32 +152,34 @@ SETUPS: dict[str, dict[str, Any]] = {
     "gp": {"sampler": "gp"},
     "random": {"sampler": "random"},
     "random-fixed": {"sampler": "random", "ranges": "fixed"},
-    # the tuner's own proposals (autotune.search's SearchSettings) and the startup changed: the alternatives the
-    # default was chosen over
-    "no-local": {"_search": {"neighbour_every": 0}},
-    "local-half": {"_search": {"neighbour_every": 2}},
-    "no-confirm": {"_search": {"confirm_at_most": 0}},
-    "no-rivals": {"_search": {"rivals_neighbours": False}},
-    # which neighbour first (the local model): at random; by the model's mean alone, or with more optimism; one long
-    # length scale instead of the likeliest
-    "random-neighbour": {"_search": {"min_points": 10 ** 9}},
-    "kappa0": {"_search": {"kappa": 0.0}},
-    "kappa2": {"_search": {"kappa": 2.0}},
-    "long-scale": {"_search": {"lengthscales": (0.6,)}},
-    # a memory failure counted in the objective's model at the worst value seen (as before the feasibility model)
+    # the search until the whole-space model (scope local: neighbours of the leader and of its close rivals, after
+    # the baseline and all six starting points), and the alternatives that one was chosen over
+    "previous": {"startup_trials": 6, "_search": {**LOCAL, "oom_in_model": True}},
+    "local": {"startup_trials": 6, "_search": LOCAL},
+    "no-local": {"startup_trials": 6, "_search": {**LOCAL, "neighbour_every": 0}},
+    "local-half": {"startup_trials": 6, "_search": {**LOCAL, "neighbour_every": 2}},
+    "no-confirm": {"startup_trials": 6, "_search": {**LOCAL, "confirm_at_most": 0}},
+    "no-rivals": {"startup_trials": 6, "_search": {**LOCAL, "rivals_neighbours": False}},
+    "random-neighbour": {"startup_trials": 6, "_search": {**LOCAL, "min_points": 10 ** 9}},
+    "kappa0": {"startup_trials": 6, "_search": {**LOCAL, "kappa": 0.0}},
+    "kappa2": {"startup_trials": 6, "_search": {**LOCAL, "kappa": 2.0}},
+    "long-scale": {"startup_trials": 6, "_search": {**LOCAL, "lengthscales": (0.6,)}},
+    "s4": {"startup_trials": 4, "_search": LOCAL},
+    "s8": {"startup_trials": 8, "_search": LOCAL},
+    # the whole-space model (the default: two starting points, then expected improvement times the chance of
+    # fitting) against: a memory failure counted in the objective's model at the worst value seen; the same tree
+    # measured right below a memory failure; 6, 3 or 1 starting points; the physics prior (from 3, 6 or 8 trees)
     "oom-in-model": {"_search": {"oom_in_model": True}},
     "shrink": {"_search": {"shrink_after_oom": True}},
-    # the whole space by expected improvement times the chance of fitting, after fewer starting points
-    "global": {"_search": {"scope": "global"}},
-    "global-s3": {"_search": {"scope": "global", "starting_points": 3, "model_from": 4}},
-    "global-s1": {"_search": {"scope": "global", "starting_points": 1, "model_from": 2}},
-    "physics": {"_search": {"scope": "global", "physics": True}},
-    "physics-s3": {"_search": {"scope": "global", "physics": True, "starting_points": 3, "model_from": 4}},
-    "global-s2": {"_search": {"scope": "global", "starting_points": 2, "model_from": 3}},
-    "physics-s2": {"_search": {"scope": "global", "physics": True, "starting_points": 2, "model_from": 3}},
-    "physics-s1": {"_search": {"scope": "global", "physics": True, "starting_points": 1, "model_from": 2}},
-    "s4": {"startup_trials": 4},
-    "s8": {"startup_trials": 8},
+    "global-s6": {"startup_trials": 6, "_search": {"starting_points": None}},
+    "global-s3": {"_search": {"starting_points": 3, "model_from": 4}},
+    "global-s1": {"_search": {"starting_points": 1, "model_from": 2}},
+    "physics-s6": {"startup_trials": 6, "_search": {"physics": True, "starting_points": None}},
+    "physics-s3": {"_search": {"physics": True, "starting_points": 3, "model_from": 4}},
+    "physics": {"_search": {"physics": True}},
+    "physics-m6": {"_search": {"physics": True, "physics_from": 6}},
+    "physics-m8": {"_search": {"physics": True, "physics_from": 8}},
+    "physics-s1": {"_search": {"physics": True, "starting_points": 1, "model_from": 2}},
 }
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"
@@ -630,10 +634,10 @@ def main() -> None:
         clock, drawn = clock_seeds(args.random)
         print(f"random hosts: seeds drawn from the clock ({clock}): {','.join(map(str, drawn))}", flush=True)
         seeds_random += drawn
-    if seeds_random:
+    if args.random:
         args.out.mkdir(parents=True, exist_ok=True)
         with open(args.out / "hosts.txt", "a") as f:
-            f.write(",".join(map(str, seeds_random)) + "\n")
+            f.write(",".join(map(str, drawn)) + "\n")
     profiles += [random_host(seed, args.out) for seed in seeds_random]
     for name, known in ((profiles, PROFILES), (modes, MODES), (setups, SETUPS)):
         unknown = [x for x in name if x not in known]

@@ -78,24 +78,24 @@ def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> N
     study = write_study(tmp_path, trials=4, space=SPEC_SPACE, workload=workload)
     listed = run_autotune("validate", "--study", str(study), cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
-    # as many as the budget holds beside the baseline (a config cut short and queued again must still fit in it)
+    # the first two (SearchSettings.starting_points): then the search's model takes over
     assert "starting point: steps=3 topk=1 draft-tokens=4" in listed.stdout
-    assert listed.stdout.count("starting point:") == 3
+    assert listed.stdout.count("starting point:") == 2
 
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     assert "trial 1 [starting point] COMPLETE: steps=3 topk=1 draft-tokens=4" in r.stdout
     trials = kept(status(study)["trials"])
     assert [t["baseline"] for t in trials] == [True, False, False, False]
-    assert [t["starting_point"] for t in trials] == [False, True, True, True]
-    assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[1:]] == FULL_SPACE_POINTS[:3]
+    assert [t["starting_point"] for t in trials] == [False, True, True, False]
+    assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[1:3]] == FULL_SPACE_POINTS[:2]
 
     # more trials later for the same study are the sampler's own: the starting points were chosen when it was made
     study.write_text(study.read_text().replace("trials = 4", "trials = 6"))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     trials = kept(status(study)["trials"])
-    assert [t["starting_point"] for t in trials] == [False, True, True, True, False, False]
+    assert [t["starting_point"] for t in trials] == [False, True, True, False, False, False]
     assert all(t["state"] in ("COMPLETE", "PRUNED") for t in trials)
 
 
@@ -119,6 +119,6 @@ def test_a_baseline_cut_short_runs_again_before_them(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr + r.stdout
     trials = status(study)["trials"]
     assert trials[1]["retry_of"] == 0 and trials[1]["baseline"] and trials[1]["state"] == "COMPLETE"
-    assert [t["starting_point"] for t in trials[2:]] == [True] * 4
-    assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[2:]] == FULL_SPACE_POINTS[:4]
+    assert [t["starting_point"] for t in trials[2:]] == [True, True, False, False]
+    assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[2:4]] == FULL_SPACE_POINTS[:2]
     assert all(t["state"] in ("COMPLETE", "PRUNED") for t in trials[1:])

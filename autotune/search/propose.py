@@ -162,7 +162,7 @@ def _physics(study: optuna.Study, plan: Plan, trials: list[FrozenTrial]) -> Prio
         length = rec.metrics.get("accept_length") or rec.metrics.get("concurrent_accept_length")
         if tree is not None and levels and length:
             observations.append(Observation(tree, float(length), levels))
-    model = Physics.fit(observations)
+    model = Physics.fit(observations, plan.search.physics_from)
     if model is None:
         return None
     reference = record.study.reference(study)

@@ -28,9 +28,9 @@ class SearchSettings:
     #: where the tuner's own next config comes from: "local" (a neighbour of the leader or of its close rivals,
     #: ranked by the model) or "global" (every unmeasured valid config, by expected improvement times the chance
     #: that it fits in memory)
-    scope: str = "local"
+    scope: str = "global"
     #: how many of the engine's starting points a study measures after the baseline (None: all of them)
-    starting_points: int | None = None
+    starting_points: int | None = 2
     #: launches before the tuner's own proposals begin (None: the study's startup_trials)
     model_from: int | None = None
     #: after a launch that ran out of memory, measure the same tree just below it next (fewer draft tokens, then
@@ -41,6 +41,8 @@ class SearchSettings:
     oom_in_model: bool = False
     #: the global model's prior mean: what the study's launches say steps, topk and draft tokens do (physics.py)
     physics: bool = False
+    #: distinct trees launched before the physics prior is used (fitted to fewer, it misleads more than it helps)
+    physics_from: int = 3
     #: the chance of fitting given to a config neither above a memory failure nor below a config that started
     fit_unknown: float = 0.5
 

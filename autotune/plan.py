@@ -35,8 +35,12 @@ class Plan:
 
     @property
     def opening(self) -> list[dict[str, ArgValue]]:
-        """The starting points a new study measures after the baseline: as many as the search's settings say."""
-        return self.starting_points[:self.search.starting_points]
+        """The starting points a new study measures after the baseline: the first ones, as many as the search's
+        settings say, or the ones they pick by their place in the engine's list."""
+        chosen = self.search.starting_points
+        if isinstance(chosen, tuple):
+            return [self.starting_points[i] for i in chosen if i < len(self.starting_points)]
+        return self.starting_points[:chosen]
 
     @property
     def startup(self) -> int:

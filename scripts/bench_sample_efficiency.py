@@ -166,6 +166,9 @@ SETUPS: dict[str, dict[str, Any]] = {
     "long-scale": {"startup_trials": 6, "_search": {**LOCAL, "lengthscales": (0.6,)}},
     "s4": {"startup_trials": 4, "_search": LOCAL},
     "s8": {"startup_trials": 8, "_search": LOCAL},
+    "local-oom-in-model": {"startup_trials": 6, "_search": {**LOCAL, "oom_in_model": True, "shrink_after_oom": False}},
+    "local-shrink": {"startup_trials": 6, "_search": {**LOCAL, "shrink_after_oom": True}},
+    "physics-s2-m3": {"_search": {"physics": True}},
     # the whole-space model (the default: two starting points, then expected improvement times the chance of
     # fitting) against: a memory failure counted in the objective's model at the worst value seen; the same tree
     # measured right below a memory failure; 6, 3 or 1 starting points; the physics prior (from 3, 6 or 8 trees)
@@ -176,9 +179,18 @@ SETUPS: dict[str, dict[str, Any]] = {
     "global-s1": {"_search": {"starting_points": 1, "model_from": 2}},
     "physics-s6": {"startup_trials": 6, "_search": {"physics": True, "starting_points": None}},
     "physics-s3": {"_search": {"physics": True, "starting_points": 3, "model_from": 4}},
-    "physics": {"_search": {"physics": True}},
     "physics-m6": {"_search": {"physics": True, "physics_from": 6}},
     "physics-m8": {"_search": {"physics": True, "physics_from": 8}},
+    "geo-log": {"_search": {"geometry": "log"}},
+    "geo-linear": {"_search": {"geometry": "linear"}},
+    "open-tree2": {"_search": {"starting_points": (0, 3)}},
+    "open-tree4": {"_search": {"starting_points": (0, 4)}},
+    "draft-linear": {"_search": {"geometry": "draft-linear"}},
+    "draft-log": {"_search": {"geometry": "draft-log"}},
+    "ucb": {"_search": {"acquisition": "ucb", "kappa": 2.0}},
+    "signal": {"_search": {"min_signal": 0.003}},
+    "hybrid2": {"_search": {"local_every": 2}},
+    "hybrid3": {"_search": {"local_every": 3}},
     "physics-s1": {"_search": {"physics": True, "starting_points": 1, "model_from": 2}},
 }
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
@@ -535,7 +547,7 @@ def distribution_table(rows: list[dict[str, Any]], profiles: list[str], modes: l
     groups = ([(f"random hosts ({len(randoms)})", set(randoms))] if randoms else [])
     groups += [(f"OOM-start hosts ({len(oom)})", oom)] if oom else []
     groups += [(p, {p}) for p in profiles if not p.startswith("random-")]
-    head = (f"{'hosts':<22} {'mode':<10} {'setup':<14} {'studies':>7} {'median':>6} {'within 2% by ' + str(cap):>16}"
+    head = (f"{'hosts':<22} {'mode':<10} {'setup':<18} {'studies':>7} {'median':>6} {'within 2% by ' + str(cap):>16}"
             f" {'p10 pick':>8} {'median pick':>11}  worst study (host seed: pick, launches to 2%)")
     lines = [head, "-" * len(head)]
     for label, hosts in groups:
@@ -548,7 +560,7 @@ def distribution_table(rows: list[dict[str, Any]], profiles: list[str], modes: l
                 final = [(r["picks"][min(cap, len(r["picks"])) - 1] or 0.0) if r.get("picks") else 0.0 for r in sel]
                 worst = min(zip(final, sel, strict=True), key=lambda x: (x[0], -(x[1]["reached_at"] or 99)))
                 w = worst[1]
-                lines.append(f"{label:<22} {m:<10} {s:<14} {len(sel):>7} {fmt(median_of(sel), cap):>6} "
+                lines.append(f"{label:<22} {m:<10} {s:<18} {len(sel):>7} {fmt(median_of(sel), cap):>6} "
                              f"{f'{reached}/{len(sel)} ({reached / len(sel):.0%})':>16} {quantile(final, 0.1):>8.3f}"
                              f" {statistics.median(final):>11.3f}  {w['profile']} {w['seed']}: {worst[0]:.3f}, "
                              f"{w['reached_at'] or '>' + str(cap)}")
@@ -719,8 +731,9 @@ def main() -> None:
     named = [p for p in profiles if not p.startswith("random-")]
     if named:
         print(table(rows, named, modes, setups, args.cap, truths, sorted(seeds)))
-    print("\nper study, median trials / launches as run (reused and rejected configs are trials, not launches)")
-    print(trials_table(rows, profiles, modes, setups))
+    if named:
+        print("\nper study, median trials / launches as run (reused and rejected configs are trials, not launches)")
+        print(trials_table(rows, named, modes, setups))
     if not args.surrogate:
         print("\nevery launch's figures against the truth for its config (`autotune sim surface --study`), and the "
               "attempts retried because the client fell behind (client_bound: server starts the budget does not count)")

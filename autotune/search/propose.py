@@ -23,6 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
@@ -31,9 +32,9 @@ from autotune.engines import ArgValue
 from autotune.record import TrialRecord
 from autotune.search.feasibility import MEMORY_REASONS, Feasibility
 from autotune.score import objective_values
-from autotune.search.local_model import Point, improvement, informed, rank
+from autotune.search.local_model import Point, improvement, informed, posterior, rank
 from autotune.search.physics import Observation, Physics
-from autotune.search.neighbours import lower, moves, places, unordered, valid_configs
+from autotune.search.neighbours import lower, moves, places, spread, unordered, valid_configs
 from autotune.search.sampling import MODEL_BASED
 from autotune.search.settings import SearchSettings
 from autotune.space import Space
@@ -86,12 +87,14 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     rng = random.Random(None if seed is None else seed * 7919 + len(done))
     feasibility = Feasibility(plan.engine, trials)
     predict = _physics(study, plan, trials) if settings.physics and settings.scope == "global" else None
-    points = _points(plan.space, trials, found, settings.oom_in_model, predict)
+    points = _points(plan.space, trials, found, settings, predict)
     if settings.shrink_after_oom and done and done[-1].reason in MEMORY_REASONS:
         shrunk = _below(plan.space, done[-1].params, measured, feasibility)
         if shrunk is not None:
             return shrunk
-    if settings.scope == "global":
+    own = sum(r.role in OWN for r in done)
+    if settings.scope == "global" and not (settings.local_every and own % settings.local_every
+                                           == settings.local_every - 1):
         return _anywhere(plan.space, settings, leader, measured, points, feasibility, rng, predict)
     rivals = _rivals(leader, found) if settings.rivals_neighbours else []
     around = [TrialRecord.of(trials[e.trials[0]]).params for e in (leader, *rivals)]
@@ -123,17 +126,21 @@ def _measured_keys(trials: list[FrozenTrial]) -> set[str]:
 
 
 def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Estimate],
-            oom_in_model: bool = False, prior: Prior | None = None) -> list[Point]:
+            settings: SearchSettings, prior: Prior | None = None) -> list[Point]:
     """What the model of the objective learns from: every measured config's pooled estimate, and every config a
     launch found infeasible or stopped early. Failures of the infrastructure are not the config's and are left
     out; so are memory failures (unless ``oom_in_model``): they mark the memory boundary (feasibility.py), not a
     poor region. ``prior``: each point's prior mean of the log value (physics.py's prediction)."""
+    oom_in_model = settings.oom_in_model
+
+    def where(params: dict[str, ArgValue]) -> tuple[float, ...]:
+        return coordinates(space, params, settings)
     points = []
     for e in found.values():
         params = TrialRecord.of(trials[e.trials[0]]).params
         if e.value > 0:
             config = TrialRecord.of(trials[e.trials[0]]).config or {}
-            points.append(Point(places(space, params), math.log(e.value), e.relative_sd,
+            points.append(Point(where(params), math.log(e.value), e.relative_sd,
                                 prior(config) if prior else 0.0))
     for t in results.launches(trials):
         rec = TrialRecord.of(t)
@@ -142,7 +149,7 @@ def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Es
         if rec.reason in MEMORY_REASONS and not oom_in_model:
             continue
         if set(space.names) <= set(rec.params):
-            points.append(Point(places(space, rec.params), prior=prior(rec.config or {}) if prior else 0.0))
+            points.append(Point(where(rec.params), prior=prior(rec.config or {}) if prior else 0.0))
     return points
 
 
@@ -190,25 +197,39 @@ def _below(space: Space, params: dict[str, ArgValue], measured: set[str], feasib
     return None
 
 
+def coordinates(space: Space, params: dict[str, ArgValue], settings: SearchSettings) -> tuple[float, ...]:
+    """A config's coordinates for the model: for the whole-space model, each flag over its whole range
+    (``SearchSettings.geometry``); for the local one, its place inside the range the other flags leave it."""
+    if settings.scope == "global" and settings.geometry != "places":
+        return spread(space, params, log=settings.geometry.endswith("log"),
+                      dependent_only=settings.geometry.startswith("draft"))
+    return places(space, params)
+
+
 def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, measured: set[str],
               points: list[Point], feasibility: Feasibility, rng: random.Random, prior: Prior | None = None
               ) -> Proposal | None:
     """The unmeasured valid config with the best expected improvement over the leader times its chance of fitting
     in memory, over the whole space; at random while the model has too few points."""
     options = []
-    for params, candidate, where in valid_configs(space):
+    for params, candidate in valid_configs(space):
         if candidate.key in measured:
             continue
         chance = feasibility.probability(candidate.args, settings.fit_unknown)
         if chance > 0:
-            options.append((params, candidate, where, chance))
+            options.append((params, candidate, coordinates(space, params, settings), chance))
     if not options:
         return None
     rng.shuffle(options)
     if not informed(points, settings):
         return Proposal(space.internal(options[0][0]), "model")
-    gain = improvement(points, [where for _, _, where, _ in options], unordered(space), math.log(leader.value),
-                       settings, [prior(c.args) for _, c, _, _ in options] if prior else None)
+    where = [w for _, _, w, _ in options]
+    priors = [prior(c.args) for _, c, _, _ in options] if prior else None
+    if settings.acquisition == "ucb":
+        mu, sd = posterior(points, where, unordered(space), settings, priors)
+        gain = np.exp(mu + settings.kappa * sd - math.log(leader.value))
+    else:
+        gain = improvement(points, where, unordered(space), math.log(leader.value), settings, priors)
     best = max(range(len(options)), key=lambda i: gain[i] * options[i][3])
     return Proposal(space.internal(options[best][0]), "model")
 

@@ -29,8 +29,9 @@ class SearchSettings:
     #: ranked by the model) or "global" (every unmeasured valid config, by expected improvement times the chance
     #: that it fits in memory)
     scope: str = "global"
-    #: how many of the engine's starting points a study measures after the baseline (None: all of them)
-    starting_points: int | None = 2
+    #: how many of the engine's starting points a study measures after the baseline (None: all of them), or which
+    #: (their places in the engine's list)
+    starting_points: int | tuple[int, ...] | None = 2
     #: launches before the tuner's own proposals begin (None: the study's startup_trials)
     model_from: int | None = None
     #: after a launch that ran out of memory, measure the same tree just below it next (fewer draft tokens, then
@@ -39,6 +40,16 @@ class SearchSettings:
     #: a config that ran out of memory counts in the objective's model at the worst value seen (False: only the
     #: feasibility model learns from it)
     oom_in_model: bool = False
+    #: how the whole-space model ranks configs: "ei" (expected improvement over the leader) or "ucb" (mean plus
+    #: ``kappa`` standard deviations)
+    acquisition: str = "ei"
+    #: with the whole-space model, every this many of the tuner's own launches is a neighbour of the leader ranked by
+    #: the local model instead (0: never)
+    local_every: int = 0
+    #: the whole-space model's coordinates: "places" (each flag's place inside the range the others leave it, as the
+    #: local model has them), "linear" or "log" (each flag's value over its whole range as written), "draft-linear"
+    #: or "draft-log" (only a flag whose range depends on others, like draft tokens, over its whole range)
+    geometry: str = "places"
     #: the global model's prior mean: what the study's launches say steps, topk and draft tokens do (physics.py)
     physics: bool = False
     #: distinct trees launched before the physics prior is used (fitted to fewer, it misleads more than it helps)

@@ -183,6 +183,8 @@ SETUPS: dict[str, dict[str, Any]] = {
     "physics-m8": {"_search": {"physics": True, "physics_from": 8}},
     "geo-log": {"_search": {"geometry": "log"}},
     "geo-linear": {"_search": {"geometry": "linear"}},
+    "ls-long": {"_search": {"lengthscales": (0.25, 0.4, 0.7, 1.2)}},
+    "ls-035": {"_search": {"lengthscales": (0.35,)}},
     "open-tree2": {"_search": {"starting_points": (0, 3)}},
     "open-tree4": {"_search": {"starting_points": (0, 4)}},
     "draft-linear": {"_search": {"geometry": "draft-linear"}},

@@ -139,5 +139,6 @@ def test_the_boundary_compares_only_configs_alike_in_every_other_flag(tmp_path: 
     feasibility = Feasibility(plan.engine, study.get_trials(deepcopy=False))
     failed = feasibility.failures[0].args
     assert feasibility.probability(failed, 0.5) == 0.0
-    assert feasibility.probability({**failed, STEPS: 2, TOPK: 4, DRAFT: 5}, 0.5) == 1.0, "below (3, 4, 9), which started"
+    below = {**failed, STEPS: 2, TOPK: 4, DRAFT: 5}
+    assert feasibility.probability(below, 0.5) == 1.0, "below (3, 4, 9), which started"
     assert feasibility.probability({**failed, STEPS: 1, DRAFT: 2}, 0.5) == 0.5, "no topk-8 tree started: unknown"

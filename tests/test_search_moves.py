@@ -1,7 +1,8 @@
 """How the tuner picks its next neighbour (autotune/search/, ``scope = "local"``), on a study whose measurements are
 given: the move the measurements so far favour comes first, a leader with nothing left around it hands over to its
-close rivals, and a config whose launch failed for the infrastructure even after its retry is neither a neighbour nor a confirmation again,
-nor launched when the sampler proposes it. The whole search, on the emulator, is tests/test_search.py."""
+close rivals, and a config whose launch failed for the infrastructure even after its retry is neither a neighbour nor
+a confirmation again, nor launched when the sampler proposes it. The whole search, on the emulator, is
+tests/test_search.py."""
 from __future__ import annotations
 
 from dataclasses import replace

@@ -143,7 +143,7 @@ def clock_seeds(n: int) -> tuple[int, list[int]]:
 
 
 #: the search's settings until the whole-space model
-LOCAL = {"scope": "local", "starting_points": None}
+LOCAL = {"scope": "local", "starting_points": None, "physics": False}
 #: sampler setups: [study] keys (a missing key is autotune's default); "_search": SearchSettings fields
 SETUPS: dict[str, dict[str, Any]] = {
     "default": {},
@@ -168,32 +168,33 @@ SETUPS: dict[str, dict[str, Any]] = {
     "s8": {"startup_trials": 8, "_search": LOCAL},
     "local-oom-in-model": {"startup_trials": 6, "_search": {**LOCAL, "oom_in_model": True, "shrink_after_oom": False}},
     "local-shrink": {"startup_trials": 6, "_search": {**LOCAL, "shrink_after_oom": True}},
-    "physics-s2-m3": {"_search": {"physics": True}},
-    # the whole-space model (the default: two starting points, then expected improvement times the chance of
-    # fitting) against: a memory failure counted in the objective's model at the worst value seen; the same tree
-    # measured right below a memory failure; 6, 3 or 1 starting points; the physics prior (from 3, 6 or 8 trees)
+    # the whole-space model (the default: the 3-step chain and a topk-2 tree, then expected improvement times the
+    # chance of fitting, over the physics prior once six trees are measured) against: a memory failure counted in
+    # the objective's model at the worst value seen; the same tree measured right below a memory failure; other
+    # openings; no physics, or physics from 3 or 8 trees; other acquisitions, kernels and coordinates
     "oom-in-model": {"_search": {"oom_in_model": True}},
     "shrink": {"_search": {"shrink_after_oom": True}},
-    "global-s6": {"startup_trials": 6, "_search": {"starting_points": None}},
-    "global-s3": {"_search": {"starting_points": 3, "model_from": 4}},
-    "global-s1": {"_search": {"starting_points": 1, "model_from": 2}},
-    "physics-s6": {"startup_trials": 6, "_search": {"physics": True, "starting_points": None}},
-    "physics-s3": {"_search": {"physics": True, "starting_points": 3, "model_from": 4}},
-    "physics-m6": {"_search": {"physics": True, "physics_from": 6}},
-    "physics-m8": {"_search": {"physics": True, "physics_from": 8}},
-    "geo-log": {"_search": {"geometry": "log"}},
-    "geo-linear": {"_search": {"geometry": "linear"}},
-    "ls-long": {"_search": {"lengthscales": (0.25, 0.4, 0.7, 1.2)}},
-    "ls-035": {"_search": {"lengthscales": (0.35,)}},
-    "open-tree2": {"_search": {"starting_points": (0, 3)}},
-    "open-tree4": {"_search": {"starting_points": (0, 4)}},
-    "draft-linear": {"_search": {"geometry": "draft-linear"}},
-    "draft-log": {"_search": {"geometry": "draft-log"}},
-    "ucb": {"_search": {"acquisition": "ucb", "kappa": 2.0}},
-    "signal": {"_search": {"min_signal": 0.003}},
-    "hybrid2": {"_search": {"local_every": 2}},
-    "hybrid3": {"_search": {"local_every": 3}},
-    "physics-s1": {"_search": {"physics": True, "starting_points": 1, "model_from": 2}},
+    "global-s6": {"startup_trials": 6, "_search": {"starting_points": None, "physics": False}},
+    "global-s3": {"_search": {"starting_points": 3, "model_from": 4, "physics": False}},
+    "global-chains": {"_search": {"starting_points": 2, "physics": False}},
+    "global-s1": {"_search": {"starting_points": 1, "model_from": 2, "physics": False}},
+    "open-tree2": {"_search": {"physics": False}},
+    "open-tree4": {"_search": {"starting_points": (0, 4), "physics": False}},
+    "physics-s6": {"startup_trials": 6, "_search": {"physics_from": 3, "starting_points": None}},
+    "physics-s3": {"_search": {"physics_from": 3, "starting_points": 3, "model_from": 4}},
+    "physics-s2-m3": {"_search": {"physics_from": 3, "starting_points": 2}},
+    "physics-m6": {"_search": {"starting_points": 2}},
+    "physics-m8": {"_search": {"starting_points": 2, "physics_from": 8}},
+    "ucb": {"_search": {"acquisition": "ucb", "kappa": 2.0, "starting_points": 2, "physics": False}},
+    "signal": {"_search": {"min_signal": 0.003, "starting_points": 2, "physics": False}},
+    "hybrid2": {"_search": {"local_every": 2, "starting_points": 2, "physics": False}},
+    "hybrid3": {"_search": {"local_every": 3, "starting_points": 2, "physics": False}},
+    "geo-linear": {"_search": {"geometry": "linear", "starting_points": 2, "physics": False}},
+    "geo-log": {"_search": {"geometry": "log", "starting_points": 2, "physics": False}},
+    "draft-linear": {"_search": {"geometry": "draft-linear", "starting_points": 2, "physics": False}},
+    "draft-log": {"_search": {"geometry": "draft-log", "starting_points": 2, "physics": False}},
+    "ls-long": {"_search": {"lengthscales": (0.25, 0.4, 0.7, 1.2), "starting_points": 2, "physics": False}},
+    "ls-035": {"_search": {"lengthscales": (0.35,), "starting_points": 2, "physics": False}},
 }
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"

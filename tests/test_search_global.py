@@ -5,9 +5,11 @@ within a short budget. A surrogate study through the product's own trial path (f
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 from pathlib import Path
 
 from autotune.record import TrialRecord
+from autotune.search import SearchSettings
 from tests.test_search_boundary import DRAFT, STEPS, TOPK, ConfigTruth, Plan, load_study, make_plan, run, write_study
 from tests.test_search_boundary import SPACE as BOUNDARY_SPACE
 
@@ -30,6 +32,7 @@ def far_corner(plan: Plan) -> dict[str, ConfigTruth]:
 
 def test_the_whole_space_model_reaches_a_far_region_within_the_budget(tmp_path: Path) -> None:
     plan = make_plan(load_study(str(write_study(tmp_path, objective="concurrent", space=BOUNDARY_SPACE, trials=12))))
+    plan = replace(plan, search=SearchSettings(physics=False))  # a made-up landscape: no physics to fit
     truth = far_corner(plan)
     study = run(plan, truth)
     recs = [TrialRecord.of(t) for t in study.get_trials(deepcopy=False)]
@@ -40,4 +43,5 @@ def test_the_whole_space_model_reaches_a_far_region_within_the_budget(tmp_path: 
     assert len({r.config_key for r in launched if r.role == "model"}) == sum(r.role == "model" for r in launched)
     best = max(t.level_tok_s[4] for t in truth.values())
     pick = max((r for r in launched if r.feasible), key=lambda r: r.values[0])
-    assert truth[pick.config_key].level_tok_s[4] >= 0.98 * best, pick.config
+    # the widest trees, two flags and several strides from both starting points: within 3% of the best there
+    assert pick.config["speculative-eagle-topk"] == 8 and truth[pick.config_key].level_tok_s[4] >= 0.97 * best

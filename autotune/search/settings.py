@@ -30,8 +30,8 @@ class SearchSettings:
     #: that it fits in memory)
     scope: str = "global"
     #: how many of the engine's starting points a study measures after the baseline (None: all of them), or which
-    #: (their places in the engine's list)
-    starting_points: int | tuple[int, ...] | None = 2
+    #: (their places in the engine's list: SGLang's first chain, 3 steps, and its first tree, topk 2 at 5 steps)
+    starting_points: int | tuple[int, ...] | None = (0, 3)
     #: launches before the tuner's own proposals begin (None: the study's startup_trials)
     model_from: int | None = None
     #: after a launch that ran out of memory, measure the same tree just below it next (fewer draft tokens, then
@@ -51,9 +51,9 @@ class SearchSettings:
     #: or "draft-log" (only a flag whose range depends on others, like draft tokens, over its whole range)
     geometry: str = "places"
     #: the global model's prior mean: what the study's launches say steps, topk and draft tokens do (physics.py)
-    physics: bool = False
+    physics: bool = True
     #: distinct trees launched before the physics prior is used (fitted to fewer, it misleads more than it helps)
-    physics_from: int = 3
+    physics_from: int = 6
     #: the chance of fitting given to a config neither above a memory failure nor below a config that started
     fit_unknown: float = 0.5
 

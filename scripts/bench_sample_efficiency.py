@@ -570,6 +570,30 @@ def distribution_table(rows: list[dict[str, Any]], profiles: list[str], modes: l
     return "\n".join(lines)
 
 
+def setups_table(rows: list[dict[str, Any]], profiles: list[str], modes: list[str], setups: list[str], cap: int,
+                 truths: dict[str, Truth]) -> str:
+    """One line per setup over the random hosts and those of them where a starting point fails for memory, each mode:
+    median launches to 2%, the share of studies within 2% by ``cap``, the worst decile's pick after ``cap``."""
+    randoms = [p for p in profiles if p.startswith("random-")]
+    groups = [("random", set(randoms)), ("OOM start", oom_start_hosts(randoms, truths))]
+    cols = [(g, hosts, m) for g, hosts in groups for m in modes]
+    head = f"{'setup':<18} " + " ".join(f"{g + ' ' + m:>22}" for g, _, m in cols)
+    under = f"{'median  by ' + str(cap) + '    p10':>22}"
+    lines = [head, f"{'':<18} " + " ".join(under for _ in cols), "-" * len(head)]
+    for s in setups:
+        cells = []
+        for _, hosts, m in cols:
+            sel = [r for r in rows if r["profile"] in hosts and (r["mode"], r["setup"]) == (m, s)]
+            if not sel:
+                cells.append(f"{'-':>22}")
+                continue
+            reached = sum(r["reached_at"] is not None for r in sel) / len(sel)
+            final = [(r["picks"][min(cap, len(r["picks"])) - 1] or 0.0) if r.get("picks") else 0.0 for r in sel]
+            cells.append(f"{fmt(median_of(sel), cap):>6} {reached:>8.0%} {quantile(final, 0.1):>6.3f}")
+        lines.append(f"{s:<18} " + " ".join(f"{c:>22}" for c in cells))
+    return "\n".join(lines)
+
+
 def worst_hosts(rows: list[dict[str, Any]], profiles: list[str], modes: list[str], setup: str, cap: int,
                 truths: dict[str, Truth], count: int = 5) -> str:
     """The ``count`` random hosts (and modes) whose studies did worst under ``setup`` (lowest median pick after
@@ -727,6 +751,10 @@ def main() -> None:
     if any(p.startswith("random-") for p in profiles):
         print(f"\nthe distribution: every study of each group of hosts (hosts x seeds); truth: {truth_kind}")
         print(distribution_table(rows, profiles, modes, setups, args.cap, truths))
+        if len(setups) > 1:
+            print(f"\nper setup: median launches to 2%, studies within 2% by launch {args.cap}, the worst decile's "
+                  f"pick after {args.cap}")
+            print(setups_table(rows, profiles, modes, setups, args.cap, truths))
         for s in setups:
             print(f"\nthe five worst random hosts under {s}")
             print(worst_hosts(rows, profiles, modes, s, args.cap, truths))

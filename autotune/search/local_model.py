@@ -1,16 +1,17 @@
-"""Which unmeasured neighbour of the leader to measure first: a small Gaussian process over the configs measured so far.
+"""The search's model of the objective: a small Gaussian process over the configs measured so far.
 
 Each config is a point with one coordinate per tuned flag: its place among the values that flag may take there (0 to
-1; for a flag whose range depends on others, like draft tokens, its place inside that range, as search.py moves it).
-Ordered flags are close when their places are; an unordered one (a string, a boolean) is either the same or not.
-The model is fitted to the log of each config's pooled value, with each measurement's own precision as its noise;
-a config that failed or was stopped early counts at the worst value seen, so the model learns where not to go. The
-length scale is the one of a few under which the measurements are most likely. Neighbours are ranked by the
-model's optimistic value (mean plus ``SearchSettings.kappa`` standard deviations): the most promising move first.
+1; for a flag whose range depends on others, like draft tokens, its place inside that range). Ordered flags are
+close when their places are; an unordered one (a string, a boolean) is either the same or not. The model is fitted
+to the log of each config's pooled value (less a prior mean, physics.py's prediction, when there is one), with each
+measurement's own precision as its noise; a config that failed or was stopped early counts at the worst value seen
+(a memory failure is not given to it: feasibility.py keeps those). The length scale is the one of a few under which
+the measurements are most likely. The whole-space search ranks every unmeasured config by its expected improvement
+over the leader (``improvement``); the local one ranks the leader's neighbours by the optimistic value, mean plus
+``SearchSettings.kappa`` standard deviations (``rank``).
 
-Kept small on purpose: a few to a few hundred points and a handful of candidates, in numpy. Optuna's GPSampler does
-the same over the whole space but needs torch (an optional extra) and proposes anywhere; here only the incumbent's
-neighbours are in question.
+Kept small on purpose: a few to a few hundred points and up to a few thousand candidates, in numpy. Optuna's
+GPSampler needs torch (an optional extra), ignores pruned trials and knows nothing of the memory boundary.
 """
 from __future__ import annotations
 

@@ -1,19 +1,21 @@
 """The tuner's own proposals beside the sampler's, once a study's opening is measured.
 
-* Neighbours of the leader (model-based samplers only). After the startup launches (the baseline, the engine's
-  starting points, the sampler's first draws), each launch measures an unmeasured neighbour (neighbours.py) of the
-  config with the best pooled estimate or of its close rivals (configs whose 95% intervals overlap it: noise may
-  have put the wrong one first). Steps and topk are ordered and neighbouring configs behave alike, so the optimum
-  is usually next to the incumbent. Which neighbour comes first is the local model's call (local_model.py: a small
-  Gaussian process over every config measured so far ranks them by its optimistic value), at random while it has
-  too few points. When no neighbour is left, the sampler proposes, so the search leaves a local optimum for the
-  regions its model favours. Chosen by measurement (scripts/bench_sample_efficiency.py; README, "Choosing the
-  sampler"): a neighbour at every launch against every other launch or none, 6 startup launches against 4 and 8,
-  rivals' neighbours against none, the model's order against a random one; a pattern move (one more step the way
-  the leader's own move went) was no better and is not kept.
+* The whole space (``SearchSettings.scope = "global"``, the default; model-based samplers only). After the baseline
+  and the opening (two of the engine's starting points), each launch measures the unmeasured valid config with the
+  best expected improvement of the log objective over the leader under a small Gaussian process over every config
+  measured so far (local_model.py), times its chance of fitting in memory (feasibility.py): a config above a memory
+  failure is never proposed. Once six trees are measured, the process models what a per-study physics model
+  (physics.py: accept length and cost per token, fitted to the launches) does not explain. A memory failure marks
+  the boundary only; the objective's models learn from measurements.
+* Neighbours of the leader (``scope = "local"``, the search before the whole-space model). Each launch measures an
+  unmeasured neighbour (neighbours.py) of the config with the best pooled estimate or of its close rivals (configs
+  whose 95% intervals overlap it: noise may have put the wrong one first), the one the local model rates most
+  promising; when no neighbour is left, the sampler proposes.
 * Confirmations. The last launches of the budget re-measure the leader and its close rivals, each once, so that the
   pick rests on more than one lucky measurement; every config's estimate pools all its launches
   (results.estimates).
+
+Every choice here was measured on random hosts (scripts/bench_sample_efficiency.py; README, "Choosing the sampler").
 """
 from __future__ import annotations
 

@@ -32,9 +32,18 @@ launch standing in for a server: the truth plus Gaussian noise (each launch's si
 launches against the truth show; each config by a fixed bias of sd 0.5%). It screens setups over many seeds in
 seconds; it is not the evidence.
 
+Random hosts: --random N draws N seeds from the clock (printed, and kept in OUT/hosts.txt) for `autotune sim profile
+--random SEED`, writes each host's profile to OUT/hosts/, and gives it a speedup at which its baseline runs
+concurrency 32 at about 7.5k tok/s by the closed form, like the named profiles; --random-seeds repeats a printed
+draw. With random hosts the report leads with the distribution: every study of the random hosts, of those where one
+of the engine's starting points fails for memory, and of each named profile; the five worst random hosts with what
+they are. --closed takes the emulator's closed form (autotune.sim.surface) as the truth instead of `sim surface
+--study` (minutes per host): a screen, said so in the table's title. --truth-only computes the truths and stops.
+
 Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,...] [--modes weighted,concurrent]
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
-           [--report] [--requests 32] [--generations 4]
+           [--report] [--requests 32] [--generations 4] [--random N | --random-seeds S1,S2,...] [--closed]
+           [--truth-only]
 Results go to DIR/emulator/results.jsonl (DIR/surrogate/ with --surrogate; a name such as emulator-r128-g1 for other
 --requests or --generations), one line per study; a run skips the studies already there, so it can be resumed
 or extended, and the table is printed from everything in the file that matches the selection (--report prints it

@@ -757,9 +757,12 @@ def main() -> None:
           f"this run {(time.monotonic() - started) / 3600:.2f} h")
     truth_kind = ("the emulator's closed form (screening)" if args.closed else
                   "`autotune sim surface --study` (the emulator's scheduler)")
-    if any(p.startswith("random-") for p in profiles):
-        print(f"\nthe distribution: every study of each group of hosts (hosts x seeds); truth: {truth_kind}")
-        print(distribution_table(rows, profiles, modes, setups, args.cap, truths))
+    randoms = any(p.startswith("random-") for p in profiles)
+    print(f"\n{'the distribution: ' if randoms else ''}every study of each group of hosts (hosts x seeds); truth: "
+          f"{truth_kind}")
+    print(distribution_table(rows, profiles, modes, setups, args.cap, truths))
+    print()
+    if randoms:
         if len(setups) > 1:
             print(f"\nper setup: median launches to 2%, studies within 2% by launch {args.cap}, the worst decile's "
                   f"pick after {args.cap}")
@@ -767,7 +770,7 @@ def main() -> None:
         for s in setups:
             print(f"\nthe five worst random hosts under {s}")
             print(worst_hosts(rows, profiles, modes, s, args.cap, truths))
-        print()
+            print()
     named = [p for p in profiles if not p.startswith("random-")]
     if named:
         print(table(rows, named, modes, setups, args.cap, truths, sorted(seeds)))

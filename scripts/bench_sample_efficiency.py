@@ -90,6 +90,7 @@ from autotune.storage import load_existing_study  # noqa: E402
 from autotune.study import load_study  # noqa: E402
 from autotune.trial import Objective  # noqa: E402
 from autotune.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
+from autotune.sim.truth import FULL, QUICK  # noqa: E402
 from autotune.truth import by_key, study_surface  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.studies import SPEC_SPACE  # noqa: E402
@@ -257,10 +258,13 @@ class Truth:
 def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
     """The truth for the bench's workload on ``profile``: `autotune sim surface --study` for its study file (the
     emulator's own scheduler driven by a perfect client with the same prompts, max_tokens and levels, noise off),
-    for every config of the space; computed once per profile and speedup and kept in OUT/truth/ (it takes minutes).
-    ``closed``: the emulator's closed form instead (autotune.sim.surface, for the builtin prompts' mean length and
-    the bench's max_tokens; a fraction of a second), to screen designs on many hosts; never the final tables'."""
-    kind = "closed-" if closed else ""
+    for every config of the space; computed once per profile and speedup and kept in OUT/truth/ (it takes minutes; a
+    random host's with the shorter virtual runs of autotune.sim.truth.QUICK, which settle to about 0.5%, three times
+    sooner). ``closed``: the emulator's closed form instead (autotune.sim.surface, for the builtin prompts' mean
+    length and the bench's max_tokens; a fraction of a second), to screen designs on many hosts; never the final
+    tables'."""
+    quick = profile.startswith("random-")
+    kind = "closed-" if closed else "quick-" if quick else ""
     cache = out / "truth" / f"{kind}{profile}-x{PROFILES[profile]['speedup']:g}.json"
     if not cache.exists():
         cache.parent.mkdir(parents=True, exist_ok=True)
@@ -268,7 +272,7 @@ def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
         # the same server under its own name (the studies run it under another: see EMULATOR)
         path.write_text(re.sub(r"(?m)^command = .*$", 'command = ["autotune-sim"]', path.read_text()))
         plan = make_plan(load_study(str(path)))
-        document = closed_surface(profile) if closed else study_surface(plan)
+        document = closed_surface(profile) if closed else study_surface(plan, QUICK if quick else FULL)
         tmp = cache.with_suffix(".tmp")
         tmp.write_text(json.dumps(document))
         tmp.rename(cache)

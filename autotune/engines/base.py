@@ -78,6 +78,8 @@ class Engine(ABC):
     short_prefixes: tuple[str, ...] = ()
     #: the two tuned flags a contour plot is drawn over when both are tuned (() lets the report pick)
     plot_params: tuple[str, ...] = ()
+    #: the key of a stream event's cumulative completion-token count (the load generator reads it by position)
+    stream_tokens_key: str = ""
 
     @abstractmethod
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:

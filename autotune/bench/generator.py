@@ -110,6 +110,7 @@ def job(generator: Generator, engine: Engine, *, concurrency: int, max_tokens: i
     req = engine.generation_request("", 1, temperature)
     return {"host": generator.host, "port": generator.port, "path": generator.prefix + req.path,
             "headers": headers, "template": template(engine, temperature), "tokens_key": engine.stream_tokens_key,
+            "seconds_key": engine.stream_seconds_key,
             "concurrency": concurrency, "max_tokens": max_tokens, "window_requests": window_requests,
             "prompts": prompts, "processes": processes, "lead": lead, "request_timeout": request_timeout,
             "stall_timeout": stall_timeout, "tag": tag}

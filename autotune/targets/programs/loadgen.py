@@ -7,9 +7,11 @@
 The level's ``concurrency`` slots are divided between ``processes`` worker processes (forked; 0 picks what the
 machine can spare), each with its own event loop; this process only coordinates them. Slot i's first request asks
 for (i+1)/c of ``max_tokens`` (the ramp), later ones for all of it; a slot sends its next request as soon as its
-current one ends, or, when ``lead`` (seconds: the round trip to the server and back, measured by the caller) is worth
-it, that long before the current one is due to end, so the request reaches the server as the previous one leaves it
-and the server holds ``concurrency`` requests whatever the way to it.
+current one ends, or, when the lead is worth it, that long before the current one is due to end (judged by its own
+token rate), so the request reaches the server as the previous one leaves it and the server holds ``concurrency``
+requests whatever the way to it. The lead is the time a request spends outside the server (the way there and back,
+both ends' HTTP handling): ``lead`` from the caller at first, then the median over the last requests of their time
+here less the server's own timing of them (the number at ``seconds_key`` in the last event).
 
 One steady-state window for all processes: it opens when the last ramp request ends and closes when
 ``window_requests`` requests have finished inside it; the workers are then stopped and every request still in flight
@@ -38,6 +40,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 WATCH_S = 0.25
 #: below this lead, a slot waits for the end of its request: a prediction's error would cost more than it saves
 MIN_LEAD_S = 0.002
+#: the lead is the median time outside the server of this many last requests
+LEARN_FROM = 31
 #: how often a worker's event loop is sampled for lag (seconds)
 LAG_PROBE_S = 0.02
 #: the most processes the default picks
@@ -46,20 +50,35 @@ MAX_AUTO_PROCESSES = 16
 Wire = Dict[str, Any]
 
 
-def tokens_in(payload: bytes, key: bytes) -> Optional[int]:
-    """The integer after the last ``"key":`` in a JSON event, or None. Inside a JSON string every quote is escaped,
-    so an unescaped ``"key":`` is the real key."""
+def _value_at(payload: bytes, key: bytes, chars: bytes) -> bytes:
+    """The characters from ``chars`` right after the last ``"key":`` in a JSON event (b"" if none). Inside a JSON
+    string every quote is escaped, so an unescaped ``"key":`` is the real key."""
     i = payload.rfind(key)
     if i < 0 or (i > 0 and payload[i - 1] == 92):  # 92: a backslash
-        return None
+        return b""
     j = i + len(key)
     n = len(payload)
     while j < n and payload[j] in b" \t":
         j += 1
     k = j
-    while k < n and 48 <= payload[k] <= 57:
+    while k < n and payload[k] in chars:
         k += 1
-    return int(payload[j:k]) if k > j else None
+    return payload[j:k]
+
+
+def tokens_in(payload: bytes, key: bytes) -> Optional[int]:
+    """The integer value of ``key`` (given as ``b'"name":'``) in a JSON event, or None."""
+    digits = _value_at(payload, key, b"0123456789")
+    return int(digits) if digits else None
+
+
+def seconds_in(payload: bytes, key: bytes) -> Optional[float]:
+    """The number value of ``key`` (given as ``b'"name":'``) in a JSON event, or None."""
+    number = _value_at(payload, key, b"0123456789.eE+-")
+    try:
+        return float(number) if number else None
+    except ValueError:
+        return None
 
 
 class Request:
@@ -292,6 +311,11 @@ class Client:
         self.host, self.port = job["host"], int(job["port"])
         self.path = job["path"]
         self.tokens_key = ('"' + job["tokens_key"] + '":').encode()
+        self.seconds_key = ('"' + job["seconds_key"] + '":').encode() if job.get("seconds_key") else b""
+        #: how long before a request's end its slot sends the next: the time a request spends outside the server
+        #: (the way there and back, both ends' HTTP handling), learnt from each finished request's server timing
+        self.lead = float(job.get("lead", 0.0))
+        self.outside = []               # type: List[float]
         self.first_timeout = float(job["request_timeout"])
         self.stall_timeout = float(job["stall_timeout"])
         self.t0 = t0
@@ -348,11 +372,12 @@ class Client:
         if tokens <= req.first_n or elapsed <= req.first_t:
             return
         rate = (tokens - req.first_n) / (elapsed - req.first_t)
-        due = req.sent + elapsed + (req.size - tokens) / rate - req.lead
+        lead = max(self.lead, MIN_LEAD_S)
+        due = req.sent + elapsed + (req.size - tokens) / rate - lead
         now = time.monotonic()
         if due <= now:
             req.fire()
-        elif due - now < max(req.lead, 0.05):
+        elif due - now < max(lead, 0.05):
             if req.timer is not None:
                 req.timer.cancel()
             req.timer = self.loop.call_at(self.loop.time() + (due - now), req.fire)
@@ -363,9 +388,21 @@ class Client:
         req.finished = True
         if error is not None and req.error is None and not req.cancelled:
             req.error = error
+        if req.error is None and self.seconds_key and req.last is not None and req.last_t is not None:
+            server = seconds_in(req.last, self.seconds_key)
+            if server is not None:
+                self.learn(req.last_t - server)
         self.active.discard(req)
         req.fire()
         self.on_done(req)
+
+    def learn(self, outside: float) -> None:
+        """Take one request's time outside the server into the lead: the median of the last LEARN_FROM."""
+        self.outside.append(outside)
+        if len(self.outside) > LEARN_FROM:
+            del self.outside[0]
+        ordered = sorted(self.outside)
+        self.lead = max(0.0, ordered[len(ordered) // 2])
 
     def watch(self) -> None:
         """Fail requests that waited too long for their first event, or for the next one."""
@@ -428,7 +465,6 @@ def worker(job: Wire, index: int, slots: List[int], t0: float, out: int, control
     body = request_bodies(job, prompts, "{}/{}".format(job.get("tag", "loadgen"), index))
     done = []  # type: List[Request]
     stop = loop.create_future()
-    lead = float(job.get("lead", 0.0))
 
     def report(req: Request) -> None:
         done.append(req)
@@ -450,7 +486,7 @@ def worker(job: Wire, index: int, slots: List[int], t0: float, out: int, control
         ramp = True
         while not stop.done():
             req = Request(i, size, ramp, body(size))
-            client.start(req, lead)
+            client.start(req, client.lead)
             await req.release
             size, ramp = int(job["max_tokens"]), False
 

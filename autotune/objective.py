@@ -46,6 +46,7 @@ from autotune.score import (
 )
 from autotune.space import Candidate
 from autotune.targets import Deployment, Target
+from autotune.targets.measuring import load_generator
 
 log = logging.getLogger("autotune")
 
@@ -187,6 +188,7 @@ class Objective:
             deployment.base_url, self.engine, spec.workload, self.plan.prompts, headers=headers,
             check=lambda: check_alive(deployment, self.engine), should_stop=self.should_stop,
             seed=trial.number, max_error_rate=spec.constraints.max_error_rate, levels=spec.levels,
+            load=load_generator(self.target, deployment.base_url, spec.workload.client),
         )
         m = bench.run(
             on_level=lambda step, c, m: self._on_level(trial, step, c, m, reference),

@@ -48,9 +48,8 @@ from typing import Any
 
 import httpx
 
-from autotune.bench import generator
 from autotune.bench.client import RequestRecord
-from autotune.bench.generator import Generator, Run
+from autotune.bench.generator import Generator, Run, job, local, template, to_record, to_records
 from autotune.bench.stats import mean, percentile, relative_half_width
 from autotune.bench.workload import PromptStream
 from autotune.engines import Engine
@@ -284,7 +283,7 @@ class Bench:
         self.should_stop = should_stop
         self.max_error_rate = max_error_rate
         self.levels = sorted(levels or {1, *workload.concurrency})
-        self.load = load or generator.local(base_url)
+        self.load = load or local(base_url)
         self.processes = workload.processes if processes is None else processes
         #: the most of the server's load the client may fall short by before figures are off by more than the
         #: workload tolerates
@@ -312,7 +311,7 @@ class Bench:
                    precision_of: Callable[[Measurement], float | None] | None) -> Measurement:
         w = self.workload
         m = self.measurement = Measurement()
-        url = generator.local(self.base_url)
+        url = local(self.base_url)
         client = loadgen.Client(asyncio.get_running_loop(), self._job(url, 1, 0, []), time.monotonic(),
                                 lambda req: None)
         try:
@@ -352,7 +351,7 @@ class Bench:
     def _job(self, where: Generator, concurrency: int, window: int, prompts: list[str]) -> dict[str, Any]:
         w = self.workload
         near = where.where != "this machine"
-        return generator.job(
+        return job(
             where, self.engine, concurrency=concurrency, max_tokens=w.max_tokens, temperature=w.temperature,
             window_requests=window, prompts=prompts, headers=self.headers, processes=self.processes,
             lead=0.0 if near and self.lead is None else (self.lead or 0.0), request_timeout=w.request_timeout,
@@ -363,7 +362,7 @@ class Bench:
         w = self.workload
         cpu, wall = time.process_time(), time.monotonic()
         client.t0 = wall
-        body = loadgen.request_bodies({"template": generator.template(self.engine, w.temperature)},
+        body = loadgen.request_bodies({"template": template(self.engine, w.temperature)},
                                       [self.prompts.next() for _ in range(n)], f"single r{self._repeat}")
         try:
             for _ in range(n):
@@ -378,7 +377,7 @@ class Bench:
                     if not req.finished:
                         client.close()
                         client.active.clear()
-                    level.records.append(generator.to_record(self.engine, 1, req.wire()))
+                    level.records.append(to_record(self.engine, 1, req.wire()))
                 if not level.records[-1].ok:
                     break
         finally:
@@ -441,7 +440,7 @@ class Bench:
             result = next((m["result"] for m in run.take() if "result" in m), None)
             if result is None:
                 return
-        level.records = generator.to_records(self.engine, level.concurrency, result["records"])
+        level.records = to_records(self.engine, level.concurrency, result["records"])
         level.window = tuple(result["window"]) if result["window"] else None  # type: ignore[assignment]
         level.load = ClientLoad(loop_lag=result["lag"], cpu=result["cpu"], processes=result["processes"],
                                 where=self.load.where)

@@ -40,6 +40,8 @@ from typing import Any, Callable, Dict, List, Optional, Tuple
 WATCH_S = 0.25
 #: below this lead, a slot waits for the end of its request: a prediction's error would cost more than it saves
 MIN_LEAD_S = 0.002
+#: how long a slot waits after a request that failed before its first event
+FAILED_PAUSE_S = 0.05
 #: the lead is the median time outside the server of this many last requests
 LEARN_FROM = 31
 #: how often a worker's event loop is sampled for lag (seconds)
@@ -488,6 +490,8 @@ def worker(job: Wire, index: int, slots: List[int], t0: float, out: int, control
             req = Request(i, size, ramp, body(size))
             client.start(req, client.lead)
             await req.release
+            if req.error is not None and not req.events:
+                await asyncio.sleep(FAILED_PAUSE_S)  # a server that refuses at once is not hammered meanwhile
             size, ramp = int(job["max_tokens"]), False
 
     def on_control() -> None:

@@ -19,7 +19,7 @@ from autotune.tuner import RunOptions
 def worker_argv(spec: StudySpec, options: RunOptions, target: str) -> list[str]:
     argv = [sys.executable, "-m", "autotune", "run", "--study", str(spec.path), "--target", target]
     for flag, value in (("--trials", options.trials), ("--timeout", options.timeout), ("--until", options.until),
-                        ("--storage", options.storage)):
+                        ("--storage", options.storage), ("--processes", options.processes)):
         if value is not None:
             argv += [flag, str(value)]
     if not options.restore:

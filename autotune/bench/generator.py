@@ -73,16 +73,15 @@ class LocalProcess:
         if self.proc.poll() is None:
             self.proc.kill()
         self.proc.wait()
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            with contextlib.suppress(OSError, ValueError):
+                self._errors = self.proc.stderr.read().decode("utf-8", "replace")
         for pipe in (self.proc.stdout, self.proc.stderr):
             if pipe is not None:
                 pipe.close()
 
     def errors(self) -> str:
-        assert self.proc.stderr is not None
-        try:
-            return self.proc.stderr.read().decode("utf-8", "replace") if self.proc.poll() is not None else ""
-        except (OSError, ValueError):
-            return ""
+        return getattr(self, "_errors", "")
 
 
 def local(base_url: str) -> Generator:

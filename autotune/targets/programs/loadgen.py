@@ -577,7 +577,7 @@ def emit(obj: Wire) -> None:
     sys.stdout.flush()
 
 
-def coordinate(job: Wire) -> Wire:
+def coordinate(job: Wire, stopped: bool = False) -> Wire:
     """Fork the workers, stop them once the window is complete (or when told to), and gather their records."""
     c = int(job["concurrency"])
     n = int(job.get("processes") or 0) or auto_processes(c)
@@ -616,8 +616,7 @@ def coordinate(job: Wire) -> Wire:
     loads = []  # type: List[Wire]
     pending = {fd: b"" for _, fd, _ in workers}
     open_fds = set(pending)
-    stopped = False
-    reason = None
+    reason = "asked" if stopped else None
     last_progress = 0.0
     stdin = 0
     watching_stdin = True
@@ -626,6 +625,9 @@ def coordinate(job: Wire) -> Wire:
         for _, _, ctl in workers:
             with contextlib.suppress(OSError):
                 os.write(ctl, b"stop\n")
+
+    if stopped:
+        stop_all()
 
     while open_fds:
         fds = list(open_fds) + ([stdin] if watching_stdin else [])
@@ -680,19 +682,21 @@ def coordinate(job: Wire) -> Wire:
             "wall": round(time.monotonic() - t0, 3)}
 
 
-def read_job() -> Wire:
-    """The job: stdin's first line, read without buffering what follows it (a "stop" the caller may send)."""
+def read_job() -> Tuple[Wire, bytes]:
+    """The job (stdin's first line) and whatever came after it (a "stop" the caller may have sent already)."""
     data = b""
-    while not data.endswith(b"\n"):
+    while b"\n" not in data:
         more = os.read(0, 1 << 20)
         if not more:
             break
         data += more
-    return json.loads(data.decode())
+    line, _, rest = data.partition(b"\n")
+    return json.loads(line.decode()), rest
 
 
 def main() -> None:
-    emit({"result": coordinate(read_job())})
+    job, rest = read_job()
+    emit({"result": coordinate(job, stopped=b"stop" in rest)})
 
 
 if __name__ == "__main__":

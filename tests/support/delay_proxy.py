@@ -14,62 +14,70 @@ import socket
 import subprocess
 import sys
 import time
-from collections import deque
 from types import TracebackType
 
 
-async def _pipe(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, delay: float) -> None:
-    """Copy ``reader`` to ``writer``, each chunk ``delay`` seconds after it arrived."""
-    loop = asyncio.get_running_loop()
-    queue: deque[tuple[float, bytes]] = deque()
-    arrived = asyncio.Event()
-    done = False
+class _Leg(asyncio.Protocol):
+    """One side of a proxied connection: what it receives is written to the other side ``delay`` seconds later.
+    Deliveries are timer callbacks on the event loop (no task per chunk), so the proxy itself adds next to
+    nothing to the delay."""
 
-    async def deliver() -> None:
-        while True:
-            while not queue:
-                if done:
-                    return
-                arrived.clear()
-                await arrived.wait()
-            at, data = queue.popleft()
-            wait = at - loop.time()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            if writer.is_closing():
-                return
-            writer.write(data)
+    def __init__(self, delay: float) -> None:
+        self.delay = delay
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Leg | None = None
+        self.early: list[bytes] = []  # what arrived before the other side was connected
+        self.connecting: asyncio.Task[None] | None = None
 
-    sender = asyncio.ensure_future(deliver())
-    try:
-        while data := await reader.read(65536):
-            queue.append((loop.time() + delay, data))
-            arrived.set()
-    except OSError:
-        pass
-    finally:
-        done = True
-        arrived.set()
-        with contextlib.suppress(OSError, asyncio.CancelledError):
-            await sender
-        with contextlib.suppress(OSError):
-            await asyncio.sleep(delay)
-            writer.close()
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
+    def data_received(self, data: bytes) -> None:
+        loop = asyncio.get_running_loop()
+        loop.call_at(loop.time() + self.delay, self._deliver, data)
+
+    def _deliver(self, data: bytes) -> None:
+        if self.peer is None or self.peer.transport is None:
+            self.early.append(data)
+        elif not self.peer.transport.is_closing():
+            self.peer.transport.write(data)
+
+    def eof_received(self) -> bool:
+        asyncio.get_running_loop().call_later(self.delay, self._close_peer)
+        return True
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        asyncio.get_running_loop().call_later(self.delay, self._close_peer)
+
+    def _close_peer(self) -> None:
+        if self.peer is not None and self.peer.transport is not None:
+            self.peer.transport.close()
 
 
 async def serve(listen_port: int, target_port: int, delay: float) -> None:
-    async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await asyncio.sleep(delay)  # the SYN's way there
-        try:
-            up_reader, up_writer = await asyncio.open_connection("127.0.0.1", target_port)
-        except OSError:
-            writer.close()
-            return
-        for w in (writer, up_writer):
-            w.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        await asyncio.gather(_pipe(reader, up_writer, delay), _pipe(up_reader, writer, delay))
+    loop = asyncio.get_running_loop()
 
-    server = await asyncio.start_server(handle, "127.0.0.1", listen_port, backlog=1024)
+    def client_side() -> _Leg:
+        leg = _Leg(delay)
+
+        async def connect() -> None:
+            await asyncio.sleep(delay)  # the SYN's way there
+            try:
+                _, upstream = await loop.create_connection(lambda: _Leg(delay), "127.0.0.1", target_port)
+            except OSError:
+                if leg.transport is not None:
+                    leg.transport.close()
+                return
+            leg.peer, upstream.peer = upstream, leg
+            for data in leg.early:
+                upstream.transport.write(data)  # type: ignore[union-attr]
+            leg.early.clear()
+
+        leg.connecting = loop.create_task(connect())
+        return leg
+
+    server = await loop.create_server(client_side, "127.0.0.1", listen_port, backlog=1024)
     async with server:
         await server.serve_forever()
 

@@ -371,17 +371,18 @@ class Client:
 
     def ahead(self, req: Request, elapsed: float, tokens: int) -> None:
         """Fire the slot ``req.lead`` seconds before ``req`` is due to end, judged by its own token rate so far."""
-        if tokens <= req.first_n or elapsed <= req.first_t:
-            return
+        if (tokens - req.first_n) * 4 < req.size or elapsed <= req.first_t:
+            return  # too little of it seen yet: a burst of early events would promise an end far too soon
         rate = (tokens - req.first_n) / (elapsed - req.first_t)
         lead = max(self.lead, MIN_LEAD_S)
         due = req.sent + elapsed + (req.size - tokens) / rate - lead
         now = time.monotonic()
+        if req.timer is not None:
+            req.timer.cancel()
+            req.timer = None
         if due <= now:
             req.fire()
         elif due - now < max(lead, 0.05):
-            if req.timer is not None:
-                req.timer.cancel()
             req.timer = self.loop.call_at(self.loop.time() + (due - now), req.fire)
 
     def finish(self, req: Request, error: Optional[str]) -> None:
@@ -393,14 +394,14 @@ class Client:
         if req.error is None and self.seconds_key and req.last is not None and req.last_t is not None:
             server = seconds_in(req.last, self.seconds_key)
             if server is not None:
-                self.learn(req.last_t - server)
+                self.learn(req, server)
         self.active.discard(req)
         req.fire()
         self.on_done(req)
 
-    def learn(self, outside: float) -> None:
-        """Take one request's time outside the server into the lead: the median of the last LEARN_FROM."""
-        self.outside.append(outside)
+    def learn(self, req: Request, server: float) -> None:
+        """Take a finished request into the lead: the median time outside the server of the last LEARN_FROM."""
+        self.outside.append((req.last_t or 0.0) - server)
         if len(self.outside) > LEARN_FROM:
             del self.outside[0]
         ordered = sorted(self.outside)

@@ -8,10 +8,11 @@ The level's ``concurrency`` slots are divided between ``processes`` worker proce
 machine can spare), each with its own event loop; this process only coordinates them. Slot i's first request asks
 for (i+1)/c of ``max_tokens`` (the ramp), later ones for all of it; a slot sends its next request as soon as its
 current one ends, or, when the lead is worth it, that long before the current one is due to end (judged by its own
-token rate), so the request reaches the server as the previous one leaves it and the server holds ``concurrency``
-requests whatever the way to it. The lead is the time a request spends outside the server (the way there and back,
-both ends' HTTP handling): ``lead`` from the caller at first, then the median over the last requests of their time
-here less the server's own timing of them (the number at ``seconds_key`` in the last event).
+token rate since a quarter of it arrived), so the request reaches the server as the previous one leaves it and the
+server holds ``concurrency`` requests whatever the way to it. The lead is the time a request spends outside the
+server (the way there and back, both ends' HTTP handling): ``lead`` from the caller at first, then the median over the
+last requests of their time here less the server's own timing of them (the number at ``seconds_key`` in the last
+event).
 
 One steady-state window for all processes: it opens when the last ramp request ends and closes when
 ``window_requests`` requests have finished inside it; the workers are then stopped and every request still in flight
@@ -86,9 +87,9 @@ def seconds_in(payload: bytes, key: bytes) -> Optional[float]:
 class Request:
     """One request's state and, once done, its record."""
 
-    __slots__ = ("body", "cancelled", "conn", "error", "events", "finished", "first_n", "first_t", "last", "last_t",
-                 "lead", "ramp", "release", "sent", "size", "slot", "stale_retry", "start", "status", "timer", "tokens",
-                 "trace")
+    __slots__ = ("body", "cancelled", "conn", "error", "events", "finished", "last", "last_t", "lead", "ramp",
+                 "ref_n", "ref_t", "release", "sent", "size", "slot", "stale_retry", "start", "status", "timer",
+                 "tokens", "trace")
 
     def __init__(self, slot: int, size: int, ramp: bool, body: bytes) -> None:
         self.slot, self.size, self.ramp, self.body = slot, size, ramp, body
@@ -104,8 +105,8 @@ class Request:
         self.cancelled = False
         self.release = None             # type: Optional[asyncio.Future]
         self.timer = None               # type: Optional[asyncio.TimerHandle]
-        self.first_t = 0.0
-        self.first_n = 0
+        self.ref_t = 0.0                # when a quarter of it had arrived: its rate is judged from there on, past
+        self.ref_n = 0                  # the start's bursts (a new connection's setup, queued events caught up)
         self.lead = 0.0
         self.tokens = 0
         self.stale_retry = True
@@ -276,8 +277,8 @@ class Connection(asyncio.Protocol):
                 req.last, req.last_t = payload, elapsed
                 n = tokens_in(payload, client.tokens_key)
                 if n is not None and n > req.tokens:
-                    if not req.trace:
-                        req.first_t, req.first_n = elapsed, n
+                    if not req.ref_n and n * 4 >= req.size:
+                        req.ref_t, req.ref_n = elapsed, n
                     req.tokens = n
                     req.trace.append((elapsed, n))
                     if req.lead:
@@ -371,9 +372,9 @@ class Client:
 
     def ahead(self, req: Request, elapsed: float, tokens: int) -> None:
         """Fire the slot ``req.lead`` seconds before ``req`` is due to end, judged by its own token rate so far."""
-        if (tokens - req.first_n) * 4 < req.size or elapsed <= req.first_t:
-            return  # too little of it seen yet: a burst of early events would promise an end far too soon
-        rate = (tokens - req.first_n) / (elapsed - req.first_t)
+        if not req.ref_n or (tokens - req.ref_n) * 4 < req.size or elapsed <= req.ref_t:
+            return  # too little of it seen yet
+        rate = (tokens - req.ref_n) / (elapsed - req.ref_t)
         lead = max(self.lead, MIN_LEAD_S)
         due = req.sent + elapsed + (req.size - tokens) / rate - lead
         now = time.monotonic()

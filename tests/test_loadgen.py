@@ -63,6 +63,11 @@ def test_a_round_trip_the_slots_send_ahead_of_costs_the_server_nothing() -> None
     # sent when the last event arrives, each request waits out the round trip first: 40 ms of each 1.04 s
     waited = [_rec(i * 1.04, 1.04, 1.0) for _ in range(2) for i in range(5)]
     assert LevelResult(2, waited, window=(1.04, 4.16)).client_share == pytest.approx(0.04 / 1.04)
+    # sent ahead by more than the round trip, each request reaches the server before the previous one left it: the
+    # server held more than its two (the figure would read high), which the tuner refuses as well
+    early = [_rec(i * 1.0, 1.04, 1.04) for _ in range(2) for i in range(5)]
+    level = LevelResult(2, early, window=(1.04, 4.04))
+    assert level.server_held == pytest.approx(1.04) and level.client_share == 0.0
     # a request cut off when the window closed was held from its start plus the typical time outside the server
     cut = [*waited[:4], _rec(4.16, 0.3, None, cancelled=True), *waited[5:9], _rec(4.16, 0.3, None, cancelled=True)]
     assert LevelResult(2, cut, window=(1.04, 4.5)).client_share == pytest.approx(

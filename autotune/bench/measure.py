@@ -158,13 +158,22 @@ class LevelResult:
                 return None
             outside = sum(max(0.0, r.e2e - r.server_e2e) + (r.gap or 0.0) for r in timed)  # type: ignore[operator]
             return outside / sum(r.e2e + (r.gap or 0.0) for r in timed)  # type: ignore[operator]
+        held = self.server_held
+        return None if held is None else max(0.0, 1.0 - held)
+
+    @property
+    def server_held(self) -> float | None:
+        """A concurrency level's mean count of requests in the server over its window, as a share of c (1.0: c all
+        the time), from the server's own timing of each request (see ``client_share``); None without it."""
+        if self.window is None:
+            return None
         timed = [r for r in self.records if r.ok and r.server_e2e is not None and r.end is not None]
         if not timed:
             return None
         lead = outside_time(timed)
         spans = [(r.end - r.server_e2e, r.end) for r in timed]  # type: ignore[operator]
         spans += [(r.start + lead, math.inf) for r in self.records if r.ok and r.cancelled]
-        return self._shortfall(spans)
+        return 1.0 - self._shortfall(spans, clip=False)
 
     @property
     def idle_share(self) -> float:
@@ -176,11 +185,16 @@ class LevelResult:
                  for r in self.records if r.ok]
         return self._shortfall(spans)
 
-    def _shortfall(self, spans: list[tuple[float, float]]) -> float:
+    def _shortfall(self, spans: list[tuple[float, float]], clip: bool = True) -> float:
         assert self.window is not None
         a, b = self.window
         held = sum(max(0.0, min(hi, b) - max(lo, a)) for lo, hi in spans)
-        return max(0.0, 1.0 - held / (self.concurrency * (b - a))) if b > a else 0.0
+        short = 1.0 - held / (self.concurrency * (b - a)) if b > a else 0.0
+        return max(0.0, short) if clip else short
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def outside_time(records: list[RequestRecord]) -> float:
@@ -241,6 +255,7 @@ class Measurement:
             "client_loop_lag_ms": round(max((lv.load.loop_lag for lv in runs), default=0.0) * 1000, 3),
             "client_cpu": round(max((lv.load.cpu for lv in runs), default=0.0), 3),
             "client_processes": max((lv.load.processes for lv in runs), default=1),
+            "server_held": _rounded(min((h for h in (lv.server_held for lv in runs) if h is not None), default=None)),
         }
         for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", [x * 1000 for x in e2e])):
             for q in (50, 90, 99):
@@ -483,6 +498,14 @@ class Bench:
             return
         share = level.client_share
         how = "by the server's own timing of each request"
+        held = level.server_held
+        if held is not None and held - 1.0 > self.client_limit:
+            raise TrialFailure("client_bound", (
+                f"concurrency {level.concurrency}: the server held {held - 1.0:.1%} more than {level.concurrency} "
+                f"requests on average ({how}; at most {self.client_limit:.1%} keeps the figure within the "
+                "tolerance): the slots sent ahead too early, the time outside the server varying too much from one "
+                f"request to the next; it reached {level.output_tok_s:.0f} tok/s. Run the load generator closer to "
+                'the server ([workload] client = "target"), with less other load on its machine'))
         if share is None:
             times = [r.e2e for r in level.measured if r.e2e]
             lag = level.load.loop_lag / (sum(times) / len(times)) if times else 0.0

@@ -11,9 +11,10 @@
    default 16: about 30k tok/s at concurrency 32), concurrency 32 in steady state measured by autotune's own Bench on
    the same server, directly and through an ssh-process target over a real sshd on 127.0.0.1: autotune's paramiko
    forward, OpenSSH's own forward (ssh -L, one ControlMaster connection) and the load generator on the target host,
-   each with 1 and 2 processes. Each figure against the truth (`autotune sim surface --study`); `share` is the share
-   of the window the server held fewer than 32 requests by its own timing (client_bound above 1.5%); `held` is the
-   server's own running-plus-queued count (/get_load, sampled every 50 ms during the level), its median over 32;
+   each with 1 and 2 processes. Each figure against the truth (`autotune sim surface --study`); `held` is the mean
+   count of requests in the server over the window as a share of 32, by the server's own timing of each request
+   (client_bound below 98.5% or above 101.5%); `count` is the server's own running-plus-queued count (/get_load,
+   sampled every 50 ms during the level), its median over 32;
    `cpu` and `lag ms` the load generator's busiest process; `tuner cpu` what this process (autotune's side: the
    paramiko forward's threads run here) used per second.
 
@@ -290,7 +291,7 @@ def measure(target: ProcessTarget, base_url: str, server_port: int, prompts: lis
     busy = [s for s in sampler.samples if s > 0]
     held = statistics.median(busy) / CONCURRENCY if busy else None
     out = {"bound": failed is not None, "share": run.client_share, "cpu": run.load.cpu, "lag": run.load.loop_lag,
-           "held": held, "processes": run.load.processes, "here": here}
+           "held": held, "processes": run.load.processes, "here": here, "in_server": run.server_held}
     if failed is None:
         out["tok_s"] = m.summary(CONCURRENCY)["output_tok_s"]
     return out
@@ -302,7 +303,7 @@ def transports(work: Path, server: SSHServer, speedups: list[int], processes: li
           f"a window of {generations * CONCURRENCY} requests; the same server measured directly and through an "
           "ssh-process target (sshd on 127.0.0.1)")
     print(f"{'config':>10} {'x':>3} {'truth':>7} | {'way to the server':<17} {'procs':>5} | {'tok/s':>7} "
-          f"{'error':>7} {'share':>6} {'held':>5} {'cpu':>5} {'lag ms':>6} {'tuner cpu':>9}")
+          f"{'error':>7} {'held':>6} {'count':>5} {'cpu':>5} {'lag ms':>6} {'tuner cpu':>9}")
     worst: dict[str, float] = {}
     bound = 0
     for config in CONFIGS:
@@ -347,7 +348,7 @@ def _row(config: tuple, k: int, truth: float, transport: str, r: dict, worst: di
         figure = f"{r['tok_s']:>7.0f} {err:>+7.1%}"
     held = "-" if r["held"] is None else f"{r['held']:.2f}"
     return (f"{config!s:>10} {k:>3} {truth:>7.0f} | {NAMES[transport]:<17} {r['processes']:>5} | {figure} "
-            f"{_pct(r['share']):>6} {held:>5} {r['cpu']:>5.2f} {r['lag'] * 1000:>6.2f} {r['here']:>9.2f}")
+            f"{_pct(r['in_server']):>6} {held:>5} {r['cpu']:>5.2f} {r['lag'] * 1000:>6.2f} {r['here']:>9.2f}")
 
 
 def _pct(x: float | None) -> str:

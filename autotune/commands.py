@@ -65,8 +65,9 @@ def bench(plan: Plan) -> dict[str, Any]:
                       load=load_generator(target, base_url, plan.spec.workload.client)).run()
         except TrialFailure as e:
             raise UserError(f"measurement failed: {e}") from None
+        levels = m.summaries()
         return {"url": base_url, "server": {n: info.applied.get(n) for n in plan.space.names},
-                "metrics": metrics_of(m, info), "levels": [m.summary(c) for c in m.concurrencies]}
+                "metrics": metrics_of(levels, len(m.repeats), info), "levels": levels}
     finally:
         measuring.close(target)
         target.close()

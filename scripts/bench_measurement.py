@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Can the measurement keep up with a fast server, whatever the way to it? (issues 15 and 28)
+"""Can the measurement keep up with a fast server, whatever the way to it?
 
 1. What a request costs the client (default; --no-cost skips it): one closed loop at concurrency 32 against the
    emulator at x16, for each way of streaming a request in one process: the client autotune had before (httpx, a
@@ -51,7 +51,7 @@ from autotune.engines import get_engine  # noqa: E402
 from autotune.errors import TrialFailure  # noqa: E402
 from autotune.health import wait_ready  # noqa: E402
 from autotune.plan import make_plan  # noqa: E402
-from autotune.sim.surface import study_surface  # noqa: E402
+from autotune.truth import study_surface  # noqa: E402
 from autotune.study import WorkloadSpec, load_study  # noqa: E402
 from autotune.targets import measuring  # noqa: E402
 from autotune.targets.process import ProcessSpec, ProcessTarget  # noqa: E402

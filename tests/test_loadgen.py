@@ -10,7 +10,8 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune import client_limit, record, results
+from autotune import client_limit, queue, results
+from autotune.record import write
 from autotune.bench.client import RequestRecord
 from autotune.bench.generator import Generator, LocalProcess
 from autotune.bench.measure import Bench, LevelResult
@@ -129,14 +130,14 @@ def _study_with(outcomes: list[tuple[str | None, bool]]) -> list[optuna.trial.Fr
     study = optuna.create_study(storage=optuna.storages.InMemoryStorage())
     for i, (reason, baseline) in enumerate(outcomes):
         if baseline:
-            record.enqueue(study, {}, "baseline")
+            queue.enqueue(study, {}, "baseline")
         trial = study.ask()
-        record.candidate(trial, {"steps": i}, {"steps": i}, f"key{i}")
-        record.launched(trial, ["server"], "log")
+        write.candidate(trial, {"steps": i}, {"steps": i}, f"key{i}")
+        write.launched(trial, ["server"], "log")
         if reason is None:
             study.tell(trial, 1.0)
         else:
-            record.failed(trial, reason, f"{reason}: concurrency 32: the client fell behind the server")
+            write.failed(trial, reason, f"{reason}: concurrency 32: the client fell behind the server")
             study.tell(trial, state=optuna.trial.TrialState.FAIL)
     return study.get_trials(deepcopy=False)
 

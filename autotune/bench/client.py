@@ -1,9 +1,10 @@
 """One streamed generation's record, timed token by token.
 
 Every figure comes from the response itself: completion tokens, and where the engine gives them the verify steps,
-accept length and the server's own timing of this request alone, never the server's cumulative counters (peers.md
-item 7). The load generator (generator.py, targets/programs/loadgen.py) fills it as the stream arrives, so a request
-cut off at the end of a measurement window keeps the tokens it received.
+accept length and the server's own timing of this request alone, never the server's cumulative counters (which
+/flush_cache resets and data-parallel ranks keep apart). The load generator (generator.py,
+targets/programs/loadgen.py) fills it as the stream arrives, so a request cut off at the end of a measurement window
+keeps the tokens it received.
 """
 from __future__ import annotations
 

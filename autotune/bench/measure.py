@@ -503,11 +503,11 @@ class Bench:
         share = level.client_share
         how = "by the server's own timing of each request"
         held = level.server_held
-        if held is not None and held - 1.0 > self.client_limit:
+        if held is not None and held - 1.0 > self.workload.tolerance:
             raise TrialFailure("client_bound", (
                 f"concurrency {level.concurrency}: the server held {held - 1.0:.1%} more than {level.concurrency} "
-                f"requests on average ({how}; at most {self.client_limit:.1%} keeps the figure within the "
-                "tolerance): the slots sent ahead too early, the time outside the server varying too much from one "
+                f"requests on average ({how}; at most the tolerance, {self.workload.tolerance:.1%}): the slots "
+                "sent ahead too early, the time outside the server varying too much from one "
                 f"request to the next; it reached {level.output_tok_s:.0f} tok/s. Run the load generator closer to "
                 'the server ([workload] client = "target"), with less other load on its machine'))
         if share is None:

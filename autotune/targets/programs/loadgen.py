@@ -45,6 +45,8 @@ MIN_LEAD_S = 0.002
 FAILED_PAUSE_S = 0.05
 #: the lead is the median time outside the server of this many last requests
 LEARN_FROM = 31
+#: the most one request's end counts as later (or earlier) than predicted
+MAX_LATE_S = 0.1
 #: how often a worker's event loop is sampled for lag (seconds)
 LAG_PROBE_S = 0.02
 #: the most processes the default picks
@@ -87,9 +89,9 @@ def seconds_in(payload: bytes, key: bytes) -> Optional[float]:
 class Request:
     """One request's state and, once done, its record."""
 
-    __slots__ = ("body", "cancelled", "conn", "error", "events", "finished", "last", "last_t", "lead", "ramp",
-                 "ref_n", "ref_t", "release", "sent", "size", "slot", "stale_retry", "start", "status", "timer",
-                 "tokens", "trace")
+    __slots__ = ("body", "cancelled", "conn", "error", "events", "finished", "last", "last_t", "lead", "predicted",
+                 "ramp", "ref_n", "ref_t", "release", "sent", "size", "slot", "stale_retry", "start", "status",
+                 "timer", "tokens", "trace")
 
     def __init__(self, slot: int, size: int, ramp: bool, body: bytes) -> None:
         self.slot, self.size, self.ramp, self.body = slot, size, ramp, body
@@ -110,6 +112,7 @@ class Request:
         self.lead = 0.0
         self.tokens = 0
         self.stale_retry = True
+        self.predicted = 0.0            # when it was last predicted to end (monotonic), if it was
         self.conn = None                # type: Optional[Connection]
 
     def wire(self) -> Wire:
@@ -319,6 +322,8 @@ class Client:
         #: (the way there and back, both ends' HTTP handling), learnt from each finished request's server timing
         self.lead = float(job.get("lead", 0.0))
         self.outside = []               # type: List[float]
+        self.errors = []                # type: List[float]
+        self.late = 0.0                 # how much later than predicted requests end, on average
         self.first_timeout = float(job["request_timeout"])
         self.stall_timeout = float(job["stall_timeout"])
         self.t0 = t0
@@ -372,11 +377,15 @@ class Client:
 
     def ahead(self, req: Request, elapsed: float, tokens: int) -> None:
         """Fire the slot ``req.lead`` seconds before ``req`` is due to end, judged by its own token rate so far."""
+        if req.release is None or req.release.done():
+            return  # the slot has sent its next request already: the prediction it went by stays the one judged
         if not req.ref_n or (tokens - req.ref_n) * 4 < req.size or elapsed <= req.ref_t:
             return  # too little of it seen yet
         rate = (tokens - req.ref_n) / (elapsed - req.ref_t)
         lead = max(self.lead, MIN_LEAD_S)
-        due = req.sent + elapsed + (req.size - tokens) / rate - lead
+        predicted = req.sent + elapsed + (req.size - tokens) / rate + self.late
+        req.predicted = predicted
+        due = predicted - lead
         now = time.monotonic()
         if req.timer is not None:
             req.timer.cancel()
@@ -392,6 +401,8 @@ class Client:
         req.finished = True
         if error is not None and req.error is None and not req.cancelled:
             req.error = error
+        if req.error is None and req.predicted and req.last_t is not None and not req.cancelled:
+            self.missed(req.sent + req.last_t - req.predicted)
         if req.error is None and self.seconds_key and req.last is not None and req.last_t is not None:
             server = seconds_in(req.last, self.seconds_key)
             if server is not None:
@@ -399,6 +410,15 @@ class Client:
         self.active.discard(req)
         req.fire()
         self.on_done(req)
+
+    def missed(self, error: float) -> None:
+        """Take how much later than last predicted a request ended into ``late``: the mean over the last
+        LEARN_FROM, so that on average a slot sends its next request exactly a lead before the current one ends (a
+        request that hiccups near its end, after the next was sent, costs the mean more than the median)."""
+        self.errors.append(max(-MAX_LATE_S, min(MAX_LATE_S, error)))
+        if len(self.errors) > LEARN_FROM:
+            del self.errors[0]
+        self.late = sum(self.errors) / len(self.errors)
 
     def learn(self, req: Request, server: float) -> None:
         """Take a finished request into the lead: the median time outside the server of the last LEARN_FROM."""

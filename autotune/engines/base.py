@@ -80,6 +80,10 @@ class Engine(ABC):
     short_prefixes: tuple[str, ...] = ()
     #: the two tuned flags a contour plot is drawn over when both are tuned (() lets the report pick)
     plot_params: tuple[str, ...] = ()
+    #: the key of a stream event's cumulative completion-token count (the load generator reads it by position)
+    stream_tokens_key: str = ""
+    #: the key of a stream's last event that holds the server's own timing of the request in seconds ("": none)
+    stream_seconds_key: str = ""
 
     @abstractmethod
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:

@@ -186,6 +186,7 @@ def _spec_type_str(types: tuple[str, ...]) -> str:
 
 class LlamaCpp(Engine):
     kind = "llamacpp"
+    stream_tokens_key = "tokens_predicted"
     #: 503 {"error": {"message": "Loading model", ...}} while loading, 200 {"status": "ok"} once it serves
     readiness_paths = ("/health",)
     port_flag = "port"

@@ -53,6 +53,8 @@ _CAPACITY = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)
 
 class SGLang(Engine):
     kind = "sglang"
+    stream_tokens_key = "completion_tokens"
+    stream_seconds_key = "e2e_latency"
     # /ready (0.5.23) answers at once; /health (older releases) is /health_generate, which holds every answer >= 1 s
     readiness_paths = ("/ready", "/health")
     short_prefixes = ("speculative-num-", "speculative-eagle-", "speculative-")

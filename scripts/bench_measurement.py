@@ -36,9 +36,9 @@ from autotune.plan import make_plan  # noqa: E402
 from autotune.sim.surface import study_surface  # noqa: E402
 from autotune.study import WorkloadSpec, load_study  # noqa: E402
 from autotune.targets.process import ProcessSpec, ProcessTarget  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.studies import write_study  # noqa: E402
-from tests.support.sshd import SSHServer  # noqa: E402
+from autotune.testing.ports import free_port  # noqa: E402
+from autotune.testing.sshd import SSHServer  # noqa: E402
+from autotune.testing.studies import write_study  # noqa: E402
 
 CONFIGS = [(3, 1, 4), (8, 4, 11), (1, 1, 2)]
 ENGINE = get_engine("sglang")

@@ -34,8 +34,8 @@ from autotune.engines import get_engine
 from autotune.errors import TrialFailure
 from autotune.health import wait_ready
 from autotune.targets.local import LocalSpec, LocalTarget
-from tests.conftest import free_port
-from tests.studies import write_study
+from autotune.testing.ports import free_port
+from autotune.testing.studies import write_study
 
 ENGINE = get_engine("sglang")
 

@@ -73,8 +73,8 @@ from autotune.sampling import DEFAULT_STARTUP_TRIALS, make_sampler  # noqa: E402
 from autotune.sim.surface import DRAFT, STEPS, TOPK, study_surface  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
 from autotune.study import load_study  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.studies import SPEC_SPACE  # noqa: E402
+from autotune.testing.ports import free_port  # noqa: E402
+from autotune.testing.studies import SPEC_SPACE  # noqa: E402
 
 MODES = ("weighted", "single", "concurrent", "pareto")
 TARGET = 0.98

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_autotune
-from tests.test_study import VALID
+from tests.support.cli import run_autotune
+from tests.support.study_texts import VALID
 
 SSH = VALID.replace('[target]\nkind = "local"\nserver_port = 31555',
                     '[target]\nkind = "ssh-process"\nhost = "gpu1"\nserver_port = 31555')

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_autotune
-from tests.test_study import VALID
+from tests.support.cli import run_autotune
+from tests.support.study_texts import VALID
 
 CASES = {
     "malformed": ("[study\n", r"not valid TOML"),

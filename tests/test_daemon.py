@@ -4,8 +4,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,8 +11,8 @@ import optuna
 import pytest
 
 from autotune.targets.local import port_open
-from tests.conftest import run_autotune
-from tests.studies import kept, launches, port_of, status, write_study
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import kept, launches, run_autotune, start_run, status, wait_for_line
 
 #: four distinct valid configs besides the baseline, in grid order: every trial deploys a server
 DEPLOYING_SPACE = """
@@ -22,21 +20,6 @@ DEPLOYING_SPACE = """
 type = "categorical"
 choices = [2, 3, 4, 5]
 """
-
-
-def start_run(study: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study), *extra],
-                            cwd=study.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for_line(log: Path, pattern: str, proc: subprocess.Popen[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.exists() and re.search(pattern, log.read_text()):
-            return
-        assert proc.poll() is None, f"the tuner ended before {pattern!r}: {proc.communicate()}"
-        time.sleep(0.02)
-    pytest.fail(f"never saw {pattern!r}")
 
 
 def assert_nothing_lost(study: Path, budget: int) -> list[dict]:

@@ -7,23 +7,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.record import TrialRecord
 from autotune.engines import ValidRange, get_engine
 from autotune.engines.sglang import tree_capacity
 from autotune.errors import InvalidConfig
-from autotune.space import FILL, Space
-from autotune.study import load_study
-from tests.conftest import run_autotune
-from tests.studies import SPEC_SPACE, launches, status, write_study
-from tests.test_study import VALID, write
-
-STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
-WIDE = VALID.replace("high = 4", "high = 8").replace("choices = [1, 2]", "choices = [1, 2, 4, 8]") \
-    .replace("low = 2\nhigh = 8", "low = 2\nhigh = 32")
-
-
-def space_of(tmp_path: Path, text: str = WIDE) -> Space:
-    return Space(load_study(str(write(tmp_path, text))), get_engine("sglang"), 31555)
+from autotune.record import TrialRecord
+from autotune.space import FILL
+from autotune.testing.studies import SPEC_SPACE, write_study
+from tests.support.cli import launches, run_autotune, status
+from tests.support.study_texts import DRAFT, STEPS, TOPK, WIDE, space_of
 
 
 def test_sglang_says_which_draft_counts_a_tree_holds() -> None:

@@ -12,11 +12,12 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotune.engines.llamacpp import cached_model, cached_server_binary
-from tests.conftest import REPO, free_port, run_autotune
-from tests.studies import status
+from autotune.testing.ports import free_port
+from tests.support.cli import run_autotune, status
+from tests.support.llama_cache import cached_model, cached_server_binary
 
 BINARY, MODEL = cached_server_binary(), cached_model()
+REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(BINARY is None or MODEL is None,
                                 reason="llama-server or SmolLM2 missing: run scripts/build-llama-server.sh and "
                                        "scripts/fetch-smollm2.sh")

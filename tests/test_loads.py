@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_autotune
-from tests.studies import port_of, status, write_study
-from tests.test_stale_server import start_emulator
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import run_autotune, status
+from tests.support.emulator import start_emulator
 
 #: chains of 1, 4 and 8 steps on the qwen122b profile: 8 steps streams fastest alone, 4 steps serves 32 requests best
 #: (`autotune sim surface --study`, below)

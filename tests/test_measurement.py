@@ -16,9 +16,10 @@ from autotune.bench.workload import load_prompts
 from autotune.engines import get_engine
 from autotune.errors import TrialFailure
 from autotune.study import WorkloadSpec
-from tests.conftest import free_port, run_autotune
-from tests.studies import one_config_space, status, write_study
-from tests.test_stale_server import start_emulator
+from autotune.testing.ports import free_port
+from autotune.testing.studies import one_config_space, write_study
+from tests.support.cli import run_autotune, status
+from tests.support.emulator import start_emulator
 
 FAST = ("max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
         "window_generations = 1\nwarmup = 1\nstall_timeout = 2\ntolerance = 0.5")

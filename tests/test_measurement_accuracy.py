@@ -23,7 +23,7 @@ from autotune.bench.workload import PromptStream, load_prompts
 from autotune.plan import make_plan
 from autotune.sim.surface import study_surface
 from autotune.study import load_study
-from tests.studies import one_config_space, write_study
+from autotune.testing.studies import one_config_space, write_study
 from tests.support import reference_client
 
 CONFIGS = [(1, 1, 2), (2, 1, 3), (4, 1, 5), (8, 1, 9), (3, 2, 7), (3, 4, 11), (2, 8, 9), (8, 8, 11)]

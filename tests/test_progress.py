@@ -17,7 +17,7 @@ import pytest
 from autotune.logs import setup as setup_logging
 from autotune.objective import Phase
 from autotune.progress import CLEAR, Progress
-from tests.studies import write_study
+from autotune.testing.studies import write_study
 
 
 class Terminal(io.StringIO):

@@ -16,7 +16,7 @@ import pytest
 
 from autotune.sim import tokens
 from autotune.sim.surface import surface
-from tests.conftest import free_port
+from autotune.testing.ports import free_port
 from tests.support import reference_client
 
 SPEEDUP = 4

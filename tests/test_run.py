@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 
 from autotune.targets.local import port_open
-from tests.conftest import run_autotune
-from tests.studies import kept, launches, port_of, status, write_study
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import kept, launches, run_autotune, status
 
 
 def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> None:

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from tests.conftest import run_autotune
-from tests.studies import launches, status, write_study
+from autotune.testing.studies import write_study
+from tests.support.cli import launches, run_autotune, status
 
 FLAGS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
 

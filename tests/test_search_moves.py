@@ -14,7 +14,7 @@ from autotune.plan import Plan, make_plan
 from autotune.space import Space
 from autotune.study import load_study
 from autotune.targets import make_target
-from tests.studies import write_study
+from autotune.testing.studies import write_study
 
 STEPS, TOPK = "speculative-num-steps", "speculative-eagle-topk"
 #: steps along a chain or a topk-2 tree (draft tokens fixed): a config's neighbours are steps +-1 and the other topk

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.conftest import run_autotune
-from tests.studies import port_of, write_study
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import run_autotune
 
 API_KEY = "sk-api-7Hq2kP9x"
 HF_TOKEN = "hf_tokenvalue_81234"

@@ -10,11 +10,9 @@ from autotune.engines.sglang import tree_capacity
 from autotune.sampling import initial_design
 from autotune.space import Space
 from autotune.study import load_study
-from tests.conftest import run_autotune
-from tests.studies import SPEC_SPACE, kept, status, write_study
-from tests.test_daemon import start_run, wait_for_line
-from tests.test_dependent_ranges import DRAFT, STEPS, TOPK, WIDE, space_of
-from tests.test_study import write
+from autotune.testing.studies import SPEC_SPACE, write_study
+from tests.support.cli import kept, run_autotune, start_run, status, wait_for_line
+from tests.support.study_texts import DRAFT, STEPS, TOPK, WIDE, space_of, write
 
 EAGLE = {"speculative-algorithm": "EAGLE"}
 #: what the full space's starting points are: the chain at the quartiles of steps 1-8, then wider trees at the median

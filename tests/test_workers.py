@@ -12,9 +12,9 @@ from pathlib import Path
 import optuna
 import pytest
 
-from tests.conftest import free_port, run_autotune
-from tests.studies import SPEC_SPACE, kept, launches, status
-from tests.support import postgres
+from autotune.testing import postgres
+from autotune.testing.studies import write_multi
+from tests.support.cli import kept, launches, run_autotune, status
 
 
 @pytest.fixture(scope="session")
@@ -33,47 +33,6 @@ def postgres_server() -> Iterator[str]:
 @pytest.fixture
 def database(postgres_server: str) -> str:
     return postgres.new_database(postgres_server)
-
-
-def write_multi(directory: Path, storage: str, targets: list[str], trials: int) -> tuple[Path, dict[str, int]]:
-    ports = {name: free_port() for name in targets}
-    tables = "".join(f'[targets.{name}]\nkind = "local"\nserver_port = {port}\n\n' for name, port in ports.items())
-    text = f"""[study]
-trials = {trials}
-storage = "{storage}"
-heartbeat = 1
-seed = 3
-
-{tables}
-[engine]
-kind = "sglang"
-command = ["autotune-sim"]
-
-[engine.args]
-model-path = "/shared/models/Qwen3.5-122B-A10B"
-tp-size = 4
-speculative-algorithm = "EAGLE"
-speculative-num-steps = 1
-speculative-eagle-topk = 1
-speculative-num-draft-tokens = 2
-sim-time-scale = 0.01
-sim-speedup = 10
-{SPEC_SPACE}
-[workload]
-max_tokens = 48
-concurrency = [1, 4]
-requests = 4
-window_generations = 1
-warmup = 1
-tolerance = 0.5
-
-[health]
-interval = 0.25
-timeout = 30
-"""
-    path = directory / "multi.toml"
-    path.write_text(text)
-    return path, ports
 
 
 def load(storage: str) -> optuna.Study:

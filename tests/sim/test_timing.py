@@ -13,7 +13,7 @@ import httpx
 from autotune.sim import model
 from autotune.sim.profile import load_profile
 
-from .conftest import QWEN
+from tests.support.emulator import QWEN
 
 STEPS = 3
 SPEEDUP = 20

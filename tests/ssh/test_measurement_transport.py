@@ -18,8 +18,8 @@ from autotune.plan import make_plan
 from autotune.sim.surface import study_surface
 from autotune.study import WorkloadSpec, load_study
 from autotune.targets.process import ProcessTarget
-from tests.ssh.conftest import SpecFactory
-from tests.studies import one_config_space, write_study
+from autotune.testing.studies import one_config_space, write_study
+from tests.support.ssh import SpecFactory
 
 ENGINE = get_engine("sglang")
 MAX_TOKENS = 128

@@ -14,10 +14,8 @@ from autotune.health import wait_ready
 from autotune.targets.process import ProcessTarget
 from autotune.targets.ssh import DEFAULT_WORKDIR
 from autotune.targets.systemd import SystemdTarget
-from tests.ssh.conftest import _spec_factory
-from tests.ssh.helpers import main_pid, server_argv
-from tests.support.sshd import SSHServer
-from tests.ssh.test_systemd import Unit, unit, unit_spec  # noqa: F401  (fixtures)
+from autotune.testing.sshd import SSHServer
+from tests.support.ssh import Unit, main_pid, server_argv, spec_factory
 
 ENGINE = SGLang()
 NOBODY = 65534
@@ -73,7 +71,7 @@ def test_env_reaches_the_server_through_no_command_line(make_spec, cleanup, tmp_
     assert not list(Path(target.directory).glob("env-*"))
 
 
-def test_a_planted_backup_is_never_installed(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:  # noqa: F811
+def test_a_planted_backup_is_never_installed(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
     target = cleanup(SystemdTarget(unit_spec()))
     target.deploy(server_argv(unit.port, "--served-model-name", "one"), {"HF_TOKEN": "hf-secret-0815"},
                   tmp_path / "a.log")
@@ -92,7 +90,7 @@ def test_a_planted_backup_is_never_installed(unit: Unit, unit_spec, cleanup, tmp
 def test_a_host_without_sftp_is_refused_at_preflight(cleanup, tmp_path: Path) -> None:
     server = SSHServer(tmp_path / "nosftp", sftp=False).start()
     try:
-        target = cleanup(ProcessTarget(_spec_factory(server, tmp_path / "work")(tunnel=False)))
+        target = cleanup(ProcessTarget(spec_factory(server, tmp_path / "work")(tunnel=False)))
         with pytest.raises(UserError) as e:
             target.preflight(server_argv(target.spec.server_port))
         assert "\n" not in str(e.value) and "no SFTP session" in str(e.value) and "Subsystem sftp" in str(e.value)

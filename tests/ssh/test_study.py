@@ -14,10 +14,11 @@ import httpx
 from autotune.engines.sglang import SGLang
 from autotune.study import load_study
 from autotune.targets.process import ProcessTarget
-from tests.conftest import run_autotune
-from tests.ssh.helpers import cmdline, main_pid, stand_in, wait_for
-from tests.studies import kept, status, write_study
-from tests.support.sshd import SSHServer, free_port
+from autotune.testing.ports import free_port
+from autotune.testing.sshd import SSHServer
+from autotune.testing.studies import write_study
+from tests.support.cli import kept, run_autotune, status
+from tests.support.ssh import cmdline, main_pid, stand_in, wait_for
 
 ENGINE = SGLang()
 READY = "/health_generate"  # SGLang answers 200 here once it can generate

@@ -3,15 +3,13 @@ config that crashes at startup (a PRUNED trial with a server log) and one that r
 (a reused measurement). Run once per test session, on first use."""
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from autotune.cli import main
-from tests.conftest import run_autotune
-from tests.studies import launches, status, write_study
+from autotune.testing.studies import write_study
+from tests.support.cli import launches, run_autotune, status
 
 SPACE = """
 [space.speculative-num-steps]
@@ -55,14 +53,3 @@ def small_study_trials() -> list[dict[str, Any]]:
     """`autotune status --json` of the small study, as read right after it ran."""
     return _made["status"]
 
-
-def run_cli(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
-    """The command line in this process, for cheap checks that start nothing: exit status, stdout, stderr."""
-    monkeypatch.setattr(sys, "argv", ["autotune", *args])
-    code = 0
-    try:
-        main()
-    except SystemExit as e:
-        code = int(e.code or 0)
-    out, err = capsys.readouterr()
-    return code, out, err

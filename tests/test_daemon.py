@@ -34,6 +34,7 @@ def assert_nothing_lost(study: Path, budget: int) -> list[dict]:
     return trials
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("moment", [
     r"trial 1 start",                       # before anything is deployed
     r"trial 1 deploy",                      # while the server starts (readiness wait)
@@ -79,6 +80,7 @@ def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) ->
         "the retry ran the dead tuner's grid point"
 
 
+@pytest.mark.slow
 def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02},
                         workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\n"

@@ -24,6 +24,7 @@ pytestmark = pytest.mark.skipif(BINARY is None or MODEL is None,
 SPECULATIVE = ("ngram-simple", "ngram-map-k", "draft-simple")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_smollm2_study_tunes_a_real_engine(tmp_path: Path) -> None:
     # the repository's study file, with its cache paths made absolute, a free port, and a lighter workload (a 135M

@@ -17,6 +17,8 @@ CHAINS = ('[space.speculative-num-steps]\ntype = "categorical"\nchoices = [1, 4,
           '[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [1]\n')
 WORKLOAD = "max_tokens = 64\nconcurrency = [1, 32]\nrequests = 32\nwindow_generations = 1\nwarmup = 1\ntolerance = 0.2"
 STEPS = "speculative-num-steps"
+#: every test here runs or reads studies of several launches at concurrency 32
+pytestmark = pytest.mark.slow
 
 
 @pytest.fixture(scope="module")

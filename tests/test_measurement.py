@@ -25,6 +25,7 @@ FAST = ("max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
         "window_generations = 1\nwarmup = 1\nstall_timeout = 2\ntolerance = 0.5")
 
 
+@pytest.mark.slow
 def test_failures_under_load_have_reasons_and_teach_the_sampler(tmp_path: Path) -> None:
     space = ('[space.sim-fault]\ntype = "categorical"\n'
              'choices = ["oom-under-load:2", "crash-after:150", "stall-after:100", "errors:1.0"]\n')
@@ -79,6 +80,7 @@ def test_a_server_stopped_mid_level_fails_the_measurement_at_once(tmp_path: Path
     assert any(r.cancelled for r in records), "the requests in flight when the level ended were cut off"
 
 
+@pytest.mark.slow
 def test_memory_and_latency_constraints(tmp_path: Path) -> None:
     space = ('[space.speculative-num-steps]\ntype = "categorical"\nchoices = [1, 4]\n'
              '[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [1]\n'
@@ -105,6 +107,7 @@ def test_memory_and_latency_constraints(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no feasible measured trial" in r.stderr
 
 
+@pytest.mark.slow
 def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> None:
     space = '[space.sim-speedup]\ntype = "categorical"\nchoices = [10.0, 10.2, 10.4, 10.6, 10.8, 1.0]\n'
     study = write_study(tmp_path, sampler="random", objective="single", trials=7, space=space,
@@ -129,6 +132,7 @@ def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> No
     assert "pruned after single" in r.stdout
 
 
+@pytest.mark.slow
 def test_weighted_pruning_keeps_a_poor_single_stream_with_the_best_concurrent_figure(tmp_path: Path) -> None:
     # llama70b at concurrency 32 (`autotune sim surface --profile llama70b`): the deep topk-8 trees stream fastest
     # alone (253 tok/s) and reach about 2100 tok/s under load; the chain (3, 1, 4) streams at 172 tok/s alone, which
@@ -164,6 +168,7 @@ def test_weighted_pruning_keeps_a_poor_single_stream_with_the_best_concurrent_fi
     assert "pruned" not in r.stdout
 
 
+@pytest.mark.slow
 def test_bench_measures_what_is_deployed_now(tmp_path: Path) -> None:
     port = free_port()
     # at twice the model's speed the client keeps up on a busy machine (at ten times it fell behind at c4)

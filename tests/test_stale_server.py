@@ -9,6 +9,7 @@ from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import optuna
+import pytest
 
 from autotune.objective import Objective
 from autotune.plan import make_plan
@@ -78,6 +79,7 @@ def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
         old.kill()
 
 
+@pytest.mark.slow
 def test_foreign_process_on_the_port_is_named_and_never_killed(tmp_path: Path) -> None:
     port = free_port()
     squatter = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],

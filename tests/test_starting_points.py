@@ -5,6 +5,8 @@ import re
 import signal
 from pathlib import Path
 
+import pytest
+
 from autotune.engines import get_engine
 from autotune.engines.sglang import tree_capacity
 from autotune.sampling import initial_design
@@ -70,6 +72,7 @@ def test_only_model_based_samplers_get_them(tmp_path: Path) -> None:
         assert triples(initial_design(spec, Space(spec, engine, 31555))) == expected, extra
 
 
+@pytest.mark.slow
 def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> None:
     workload = ("max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
                 "window_generations = 1\nwarmup = 0\nmax_repeats = 1\ntolerance = 0.5")
@@ -97,6 +100,7 @@ def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> N
     assert all(t["state"] in ("COMPLETE", "PRUNED") for t in trials)
 
 
+@pytest.mark.slow
 def test_a_baseline_cut_short_runs_again_before_them(tmp_path: Path) -> None:
     """A config queued again after a failure that was not its fault (here the user's stop during the baseline) is
     the next one measured: the starting points are queued one at a time, so they never stand in front of it (the

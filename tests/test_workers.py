@@ -39,6 +39,7 @@ def load(storage: str) -> optuna.Study:
     return optuna.load_study(study_name="multi", storage=storage)
 
 
+@pytest.mark.slow
 def test_three_workers_share_one_study_exactly(tmp_path: Path, database: str) -> None:
     study, _ = write_multi(tmp_path, database, ["a", "b", "c"], trials=10)
     r = run_autotune("run", "--study", str(study), "--all-targets", cwd=tmp_path, timeout=600)
@@ -63,6 +64,7 @@ def test_three_workers_share_one_study_exactly(tmp_path: Path, database: str) ->
                 assert a.datetime_complete <= b.datetime_start or b.datetime_complete <= a.datetime_start
 
 
+@pytest.mark.slow
 def test_a_killed_worker_has_its_trial_retried_by_another(tmp_path: Path, database: str) -> None:
     study, ports = write_multi(tmp_path, database, ["a", "b"], trials=6)
     workers = {name: subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study), "--target",

@@ -48,6 +48,7 @@ def _figure(url: str, prompts: list[str], level: int, size: int) -> float | str:
     return m.summary(level)["output_tok_s"]
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("config", [(3, 1, 4), (8, 4, 11)])
 def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], make_spec: SpecFactory,

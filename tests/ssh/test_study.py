@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from autotune.engines.sglang import SGLang
 from autotune.study import load_study
@@ -64,6 +65,7 @@ def finished_ok(r: subprocess.CompletedProcess[str]) -> None:
     assert "Traceback" not in r.stderr
 
 
+@pytest.mark.slow
 def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None:
     study = remote_study(tmp_path, sshd, trials=2)
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
@@ -96,6 +98,7 @@ def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None
         target.close()
 
 
+@pytest.mark.slow
 def test_study_on_an_ssh_systemd_target_then_restore(sshd: SSHServer, fake_systemd_root: Path,
                                                     tmp_path: Path) -> None:
     name = f"sglang-study-{free_port()}.service"
@@ -128,6 +131,7 @@ def test_study_on_an_ssh_systemd_target_then_restore(sshd: SSHServer, fake_syste
         stand_in(fake_systemd_root, "systemctl", "stop", name)
 
 
+@pytest.mark.slow
 def test_study_survives_a_connection_cut(private_sshd: SSHServer, tmp_path: Path) -> None:
     study = remote_study(tmp_path, private_sshd, trials=4)
     log = tmp_path / "t.log"

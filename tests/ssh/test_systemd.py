@@ -23,6 +23,7 @@ ENGINE = SGLang()
 NASTY = "a b 'c' \"d\" $(touch {m}) `touch {m}` ; touch {m} | & > {m}.2 $HOME ${{HOME}} %s %% %n \\ end"
 
 
+@pytest.mark.slow
 def test_deploy_backs_up_once_renders_a_quoted_dropin_reads_this_start_and_restores(
         unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"

@@ -89,9 +89,10 @@ command = ["autotune-sim"]
     return path
 
 
-def write_multi(directory: Path, storage: str, targets: list[str], trials: int) -> tuple[Path, dict[str, int]]:
+def write_multi(directory: Path, storage: str, targets: list[str], trials: int, time_scale: float = 0.01,
+                speedup: float = 10) -> tuple[Path, dict[str, int]]:
     """A study of several local targets (one worker each, on its own free port) sharing ``storage``: its file and
-    each target's port."""
+    each target's port. ``time_scale`` and ``speedup`` are the emulator's --sim-time-scale and --sim-speedup."""
     ports = {name: free_port() for name in targets}
     tables = "".join(f'[targets.{name}]\nkind = "local"\nserver_port = {port}\n\n' for name, port in ports.items())
     text = f"""[study]
@@ -112,8 +113,8 @@ speculative-algorithm = "EAGLE"
 speculative-num-steps = 1
 speculative-eagle-topk = 1
 speculative-num-draft-tokens = 2
-sim-time-scale = 0.01
-sim-speedup = 10
+sim-time-scale = {time_scale}
+sim-speedup = {speedup}
 {SPEC_SPACE}
 [workload]
 max_tokens = 48

@@ -109,19 +109,22 @@ def test_memory_and_latency_constraints(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> None:
-    space = '[space.sim-speedup]\ntype = "categorical"\nchoices = [10.0, 10.2, 10.4, 10.6, 10.8, 1.0]\n'
+    # five configs at about four times the model's speed (at ten times the client fell behind at concurrency 4 on a
+    # busy machine, and a retried launch shifted the trials) and one ten times slower
+    speeds = (4.0, 4.1, 4.2, 4.3, 4.4, 0.4)
+    space = f'[space.sim-speedup]\ntype = "categorical"\nchoices = {list(speeds)}\n'
     study = write_study(tmp_path, sampler="random", objective="single", trials=7, space=space,
                         workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
                                  "window_generations = 1\nwarmup = 1\ntolerance = 0.5")
     # queue the five fast configs first, so the slow one meets a pruner that has seen enough
     db = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
-    for speed in (10.0, 10.2, 10.4, 10.6, 10.8, 1.0):
+    for speed in speeds:
         db.enqueue_trial({"sim-speedup": speed})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     trials = status(study)["trials"]
     slow = trials[5]
-    assert slow["params"] == {"sim-speedup": 1.0}
+    assert slow["params"] == {"sim-speedup": speeds[-1]}
     assert slow["state"] == "PRUNED" and slow["reason"] == "pruned" and slow["stage"] == "single"
     fast = [t for t in trials[:5] if t["state"] == "COMPLETE"]
     assert len(fast) == 5

@@ -35,14 +35,15 @@ def assert_nothing_lost(study: Path, budget: int) -> list[dict]:
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("moment", [
-    r"trial 1 start",                       # before anything is deployed
-    r"trial 1 deploy",                      # while the server starts (readiness wait)
-    r"trial 1 ready in",                    # while it is measured
-    r"trial 1 (\[baseline\] )?(COMPLETE|PRUNED|FAIL):",  # right after the result was written
+@pytest.mark.parametrize("moment, time_scale", [
+    (r"trial 1 start", 0.001),                        # before anything is deployed
+    (r"trial 1 deploy", 0.02),                        # while the server starts (2 s: the readiness wait)
+    (r"trial 1 ready in", 0.001),                     # while it is measured
+    (r"trial 1 (\[baseline\] )?(COMPLETE|PRUNED|FAIL):", 0.001),  # right after the result was written
 ])
-def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str) -> None:
-    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02})
+def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str, time_scale: float) -> None:
+    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE,
+                        args={"sim-time-scale": time_scale})
     proc = start_run(study)
     try:
         wait_for_line(tmp_path / "t.log", moment, proc)

@@ -59,6 +59,7 @@ def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str, time_sc
     assert len(base) == 1 and base[0]["state"] == "COMPLETE"
 
 
+@pytest.mark.slow
 def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) -> None:
     """The tuner died between creating a grid trial and asking for its parameters: the restart runs that grid point
     (the window is too short to hit with a signal, so the dead tuner's trial is made here with Optuna itself)."""
@@ -109,6 +110,7 @@ def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Pat
     assert retry["params"] == trials[2]["params"] and retry["state"] in ("COMPLETE", "PRUNED")
 
 
+@pytest.mark.slow
 def test_a_second_tuner_on_the_same_target_is_refused(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=3, args={"sim-time-scale": 0.02})
     other = write_study(tmp_path, "other", trials=3, port=port_of(study))  # another study, the same target

@@ -132,9 +132,10 @@ def test_startup_failures_end_with_named_reasons(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("space, reason", [
     ('[space.mem-fraction-static]\ntype = "categorical"\nchoices = [0.3]\n', "oom_startup"),
-    ('[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [8]\n'
-     '[space.speculative-num-steps]\ntype = "categorical"\nchoices = [8]\n'
-     '[space.speculative-num-draft-tokens]\ntype = "categorical"\nchoices = [64]\n', "oom_startup"),
+    pytest.param('[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [8]\n'
+                 '[space.speculative-num-steps]\ntype = "categorical"\nchoices = [8]\n'
+                 '[space.speculative-num-draft-tokens]\ntype = "categorical"\nchoices = [64]\n', "oom_startup",
+                 marks=pytest.mark.slow),   # the same reason as the first, through CUDA graph memory
     ('[space.not-a-real-flag]\ntype = "categorical"\nchoices = ["x"]\n', "invalid_args"),
 ])
 def test_out_of_memory_and_rejected_arguments(tmp_path: Path, space: str, reason: str) -> None:

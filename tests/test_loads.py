@@ -20,8 +20,8 @@ CHAINS = ('[space.speculative-num-steps]\ntype = "categorical"\nchoices = [1, 4,
 SPEED = 1
 WORKLOAD = "max_tokens = 64\nconcurrency = [1, 32]\nrequests = 32\nwindow_generations = 1\nwarmup = 1\ntolerance = 0.2"
 STEPS = "speculative-num-steps"
-#: every test here runs or reads studies of several launches at concurrency 32
-pytestmark = pytest.mark.slow
+#: every test here runs or reads studies of several launches at concurrency 32, and compares what they measured
+pytestmark = [pytest.mark.slow, pytest.mark.alone]
 
 
 @pytest.fixture(scope="module")
@@ -80,7 +80,8 @@ def test_a_load_mix_is_the_objective(tmp_path: Path) -> None:
 
 def test_a_warm_start_measures_the_old_best_first(chains: Path, tmp_path: Path) -> None:
     old_best = json.loads(run_autotune("best", "--study", str(chains), "--json").stdout)
-    study = write_study(tmp_path, "new", trials=3, seed=11, space=CHAINS, workload=WORKLOAD, args={"sim-speedup": SPEED})
+    study = write_study(tmp_path, "new", trials=3, seed=11, space=CHAINS, workload=WORKLOAD,
+                        args={"sim-speedup": SPEED})
     r = run_autotune("run", "--study", str(study), "--warm-start", str(chains), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     assert f"warm start from {chains}" in r.stdout

@@ -1,12 +1,28 @@
-"""Fixtures of every test: its own machine-wide state dir (locks, pid files), and no emulator left running."""
+"""Fixtures of every test: its own machine-wide state dir (locks, pid files), and no emulator left running; and,
+under pytest-xdist, the turns that keep a test marked ``alone`` from sharing the machine."""
 from __future__ import annotations
 
 import contextlib
 import os
 import sys
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.support.turns import turn
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
+    if run is None:
+        yield
+        return
+    alone = item.get_closest_marker("alone") is not None
+    with turn(Path(tempfile.gettempdir()) / f"autotune-tests-{run}", alone):
+        yield
 
 
 @pytest.fixture(autouse=True)

@@ -107,6 +107,7 @@ def test_memory_and_latency_constraints(tmp_path: Path) -> None:
     assert r.returncode == 2 and "no feasible measured trial" in r.stderr
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> None:
     # five configs at about four times the model's speed (at ten times the client fell behind at concurrency 4 on a
@@ -135,6 +136,7 @@ def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> No
     assert "pruned after single" in r.stdout
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_weighted_pruning_keeps_a_poor_single_stream_with_the_best_concurrent_figure(tmp_path: Path) -> None:
     # llama70b at concurrency 32 (`autotune sim surface --profile llama70b`): the deep topk-8 trees stream fastest
@@ -171,6 +173,7 @@ def test_weighted_pruning_keeps_a_poor_single_stream_with_the_best_concurrent_fi
     assert "pruned" not in r.stdout
 
 
+@pytest.mark.alone
 @pytest.mark.slow
 def test_bench_measures_what_is_deployed_now(tmp_path: Path) -> None:
     port = free_port()

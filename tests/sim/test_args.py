@@ -8,7 +8,6 @@ import pytest
 
 from autotune.sim.args import ArgRuleError, build_parser, resolve
 from autotune.sim.profile import load_profile
-
 from tests.support.emulator import QWEN
 
 

@@ -1,7 +1,7 @@
 """SGLang (0.5.x): speculative-decoding rules, readiness, fatal log lines, /server_info and /generate streams.
 
-The rules here predict what ``sglang.launch_server`` does with a config (docs: sglang.md) so that configs SGLang would
-reject are never deployed and configs it would rewrite to the same thing are measured once. The server's own answer
+The rules here predict what ``sglang.launch_server`` does with a config so that configs SGLang would reject are
+never deployed and configs it would rewrite to the same thing are measured once. The server's own answer
 (/server_info) stays the authority: a trial verifies it after every start.
 """
 from __future__ import annotations
@@ -113,6 +113,24 @@ class SGLang(Engine):
         if topk == 1:
             return ValidRange(irrelevant=True)
         return ValidRange(high=tree_capacity(steps, topk))
+
+    def memory_flags(self, args: Mapping[str, ArgValue]) -> tuple[str, ...]:
+        """An EAGLE tree's memory grows with each of its numbers: the CUDA graphs' verify buffers with batch x draft
+        tokens, the draft tree's with topk x steps. After an out-of-memory failure the same tree is tried with fewer
+        draft tokens first, then fewer steps; topk, the tree's width, last."""
+        algo = str(args.get("speculative-algorithm", "")).upper()
+        if algo not in (*TREE_ALGORITHMS, "NEXTN") or not all(a in args for a in TREE_ARGS):
+            return ()
+        return DRAFT_TOKENS, TREE_ARGS[0], TREE_ARGS[1]
+
+    def draft_tree(self, args: Mapping[str, ArgValue]) -> tuple[int, int, int] | None:
+        if not self.memory_flags(args):
+            return None
+        try:
+            steps, topk, draft = (_positive_int(dict(args), a) for a in TREE_ARGS)
+        except InvalidConfig:
+            return None
+        return steps, topk, steps + 1 if topk == 1 else draft
 
     def starting_points(self, values: Mapping[str, Sequence[ArgValue]], fixed: Mapping[str, ArgValue]) -> list[Args]:
         """An EAGLE tree is tuned by hand the same way each time: first deeper (more steps) on the narrowest tree,

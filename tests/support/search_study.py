@@ -1,7 +1,7 @@
 """One real study of the tuner's whole search, shared by the tests that read a default study end to end
 (tests/test_run.py), its dependent ranges (tests/test_dependent_ranges.py) and the search's own moves
 (tests/test_search.py): `autotune run` of LAUNCHES launches on the emulator over SGLang's whole speculative space
-(TPE after the engine's starting points, neighbours of the leader, confirmations at the end). Run once per test
+(the engine's starting points, the search model's picks, confirmations at the end). Run once per test
 session, on first use; `autotune best` and `status` only read it, and a test that runs it again works on a copy."""
 from __future__ import annotations
 
@@ -44,7 +44,6 @@ def search_study(factory: pytest.TempPathFactory) -> SearchStudy:
     if not _made:
         directory = factory.mktemp("search-study")
         path = write_study(directory, trials=LAUNCHES, seed=3, workload=WORKLOAD)
-        path.write_text(path.read_text().replace("[study]\n", "[study]\nstartup_trials = 4\n"))
         r = run_autotune("run", "--study", str(path), cwd=directory, env={"XDG_STATE_HOME": str(directory / "state")})
         assert r.returncode == 0, r.stderr + r.stdout
         _made.append(SearchStudy(path, r, status(path)["trials"]))

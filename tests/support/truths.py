@@ -8,8 +8,8 @@ from pathlib import Path
 from typing import Any
 
 from autotune.plan import Plan, make_plan
-from autotune.sim.surface import study_surface
 from autotune.study import load_study
+from autotune.truth import study_surface
 
 _found: dict[str, dict[str, Any]] = {}
 

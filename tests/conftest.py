@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -16,12 +15,12 @@ from tests.support.turns import turn
 
 @pytest.hookimpl(hookwrapper=True)
 def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
-    run = os.environ.get("PYTEST_XDIST_TESTRUNUID")
-    if run is None:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
         yield
         return
+    # the workers' temp dirs share one parent, the run's own (removed as pytest rotates its temp dirs)
     alone = item.get_closest_marker("alone") is not None
-    with turn(Path(tempfile.gettempdir()) / f"autotune-tests-{run}", alone):
+    with turn(Path(item.config.option.basetemp).parent / "turn", alone):
         yield
 
 

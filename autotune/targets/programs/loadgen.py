@@ -9,10 +9,12 @@ machine can spare), each with its own event loop; this process only coordinates 
 for (i+1)/c of ``max_tokens`` (the ramp), later ones for all of it; a slot sends its next request as soon as its
 current one ends, or, when the lead is worth it, that long before the current one is due to end (judged by its own
 token rate since a quarter of it arrived), so the request reaches the server as the previous one leaves it and the
-server holds ``concurrency`` requests whatever the way to it. The lead is the time a request spends outside the
-server (the way there and back, both ends' HTTP handling): ``lead`` from the caller at first, then the median over the
-last requests of their time here less the server's own timing of them (the number at ``seconds_key`` in the last
-event).
+server holds ``concurrency`` requests whatever the way to it. Predictions err both ways, and one that errs early
+makes the server hold more than c (and read fast) while one that errs late costs no more than waiting for the end:
+the slots send ``margin`` later than that, steered so that on average each request enters the server as the one
+before it on its slot leaves. The lead is the time a request spends outside the server (the way there and back, both
+ends' HTTP handling): ``lead`` from the caller at first, then the median over the last requests of their time here
+less the server's own timing of them (the number at ``seconds_key`` in the last event).
 
 One steady-state window for all processes: it opens when the last ramp request ends and closes when
 ``window_requests`` requests have finished inside it; the workers are then stopped and every request still in flight
@@ -47,6 +49,10 @@ FAILED_PAUSE_S = 0.05
 LEARN_FROM = 31
 #: the most one request's end counts as later (or earlier) than predicted
 MAX_LATE_S = 0.1
+#: how much of each request's overlap with the one before it on its slot moves ``margin`` (see ``Client.overlap``)
+MARGIN_GAIN = 0.25
+#: the most ``margin`` grows to (seconds)
+MAX_MARGIN_S = 1.0
 #: how often a worker's event loop is sampled for lag (seconds)
 LAG_PROBE_S = 0.02
 #: the most processes the default picks
@@ -89,9 +95,9 @@ def seconds_in(payload: bytes, key: bytes) -> Optional[float]:
 class Request:
     """One request's state and, once done, its record."""
 
-    __slots__ = ("body", "cancelled", "conn", "error", "events", "finished", "last", "last_t", "lead", "predicted",
-                 "ramp", "ref_n", "ref_t", "release", "sent", "size", "slot", "stale_retry", "start", "status",
-                 "timer", "tokens", "trace")
+    __slots__ = ("body", "cancelled", "conn", "error", "events", "finished", "follows", "last", "last_t", "late_used",
+                 "lead", "predicted", "ramp", "ref_n", "ref_t", "release", "sent", "size", "slot", "stale_retry",
+                 "start", "status", "timer", "tokens", "trace")
 
     def __init__(self, slot: int, size: int, ramp: bool, body: bytes) -> None:
         self.slot, self.size, self.ramp, self.body = slot, size, ramp, body
@@ -113,6 +119,8 @@ class Request:
         self.tokens = 0
         self.stale_retry = True
         self.predicted = 0.0            # when it was last predicted to end (monotonic), if it was
+        self.late_used = 0.0            # the client's ``late`` that prediction included
+        self.follows = None             # type: Optional[Request]  # the slot's request before it, until it ends
         self.conn = None                # type: Optional[Connection]
 
     def wire(self) -> Wire:
@@ -324,6 +332,7 @@ class Client:
         self.outside = []               # type: List[float]
         self.errors = []                # type: List[float]
         self.late = 0.0                 # how much later than predicted requests end, on average
+        self.margin = None              # type: Optional[float]  # how much later than a lead before the end
         self.first_timeout = float(job["request_timeout"])
         self.stall_timeout = float(job["stall_timeout"])
         self.t0 = t0
@@ -376,20 +385,26 @@ class Client:
         conn.send(req)
 
     def ahead(self, req: Request, elapsed: float, tokens: int) -> None:
-        """Fire the slot ``req.lead`` seconds before ``req`` is due to end, judged by its own token rate so far."""
+        """Fire the slot ``req.lead`` seconds before ``req`` is due to end, judged by its own token rate so far, and
+        ``margin`` later than that.
+
+        The prediction that is judged against the request's end is the last one made before the moment it set (a
+        lead before the end) had passed: later events would only make it look surer than it was when it counted."""
         if req.release is None or req.release.done():
             return  # the slot has sent its next request already: the prediction it went by stays the one judged
-        if not req.ref_n or (tokens - req.ref_n) * 4 < req.size or elapsed <= req.ref_t:
-            return  # too little of it seen yet
-        rate = (tokens - req.ref_n) / (elapsed - req.ref_t)
+        if not req.ref_n or (tokens - req.ref_n) * 4 < req.size or elapsed <= req.ref_t or tokens >= req.size:
+            return  # too little of it seen yet, or nothing left to predict
         lead = max(self.lead, MIN_LEAD_S)
-        predicted = req.sent + elapsed + (req.size - tokens) / rate + self.late
-        req.predicted = predicted
-        due = predicted - lead
         now = time.monotonic()
+        if req.predicted and req.predicted - lead <= now:
+            return  # the moment the last prediction set has passed: that one is judged
+        rate = (tokens - req.ref_n) / (elapsed - req.ref_t)
+        predicted = req.sent + elapsed + (req.size - tokens) / rate + self.late
+        req.predicted, req.late_used = predicted, self.late
         if req.timer is not None:
             req.timer.cancel()
             req.timer = None
+        due = predicted - lead + (lead if self.margin is None else self.margin)
         if due <= now:
             req.fire()
         elif due - now < max(lead, 0.05):
@@ -402,23 +417,39 @@ class Client:
         if error is not None and req.error is None and not req.cancelled:
             req.error = error
         if req.error is None and req.predicted and req.last_t is not None and not req.cancelled:
-            self.missed(req.sent + req.last_t - req.predicted)
+            self.missed(req.sent + req.last_t - (req.predicted - req.late_used))
         if req.error is None and self.seconds_key and req.last is not None and req.last_t is not None:
             server = seconds_in(req.last, self.seconds_key)
             if server is not None:
                 self.learn(req, server)
+                self.overlap(req, server)
         self.active.discard(req)
         req.fire()
         self.on_done(req)
 
     def missed(self, error: float) -> None:
-        """Take how much later than last predicted a request ended into ``late``: the mean over the last
-        LEARN_FROM, so that on average a slot sends its next request exactly a lead before the current one ends (a
-        request that hiccups near its end, after the next was sent, costs the mean more than the median)."""
+        """Take how much later than its rate alone predicted a request ended into ``late``: the mean over the last
+        LEARN_FROM (a request that hiccups near its end, after the next was sent, costs the mean more than the
+        median)."""
         self.errors.append(max(-MAX_LATE_S, min(MAX_LATE_S, error)))
         if len(self.errors) > LEARN_FROM:
             del self.errors[0]
         self.late = sum(self.errors) / len(self.errors)
+
+    def overlap(self, req: Request, server: float) -> None:
+        """Steer ``margin`` by how long ``req`` was in the server together with the slot's request before it (less:
+        how long the slot had none there), so that on average a slot's next request enters the server as its last
+        leaves it. Predictions err both ways, but one that errs late costs at most the way to the server (the
+        request ends and the slot sends then) while one that errs early overlaps without bound: without this the
+        server holds more than c on average, and reads fast, whenever the predictions' errors are as long as the
+        way to it. Until the first overlap is known, a slot sends when a request is predicted to end."""
+        before, req.follows = req.follows, None
+        if before is None or before.error is not None or before.cancelled or before.last_t is None:
+            return
+        entered = req.sent + (req.last_t or 0.0) - server
+        both = before.sent + before.last_t - entered
+        margin = self.lead if self.margin is None else self.margin
+        self.margin = max(0.0, min(MAX_MARGIN_S, margin + MARGIN_GAIN * both))
 
     def learn(self, req: Request, server: float) -> None:
         """Take a finished request into the lead: the median time outside the server of the last LEARN_FROM."""
@@ -508,9 +539,12 @@ def worker(job: Wire, index: int, slots: List[int], t0: float, out: int, control
     async def slot(i: int) -> None:
         size = ramp_size(i, c, int(job["max_tokens"]))
         ramp = True
+        before = None  # type: Optional[Request]
         while not stop.done():
             req = Request(i, size, ramp, body(size))
+            req.follows = before
             client.start(req, client.lead)
+            before = req
             await req.release
             if req.error is not None and not req.events:
                 await asyncio.sleep(FAILED_PAUSE_S)  # a server that refuses at once is not hammered meanwhile

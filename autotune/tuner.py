@@ -31,7 +31,7 @@ from autotune.pruning import make_pruner
 from autotune.record import TrialRecord
 from autotune.score import METRIC_NAMES
 from autotune.search import Proposal, make_sampler
-from autotune.storage import open_storage, redact
+from autotune.storage import open_storage, redact, refuse_foreign
 from autotune.targets import Target, make_target
 from autotune.trial import Objective, ServerLaunch
 from autotune.warmstart import warm_configs
@@ -108,6 +108,7 @@ class Tuner:
             with target.lock(self.spec.name):
                 # the storage before the log file: a URL that cannot be opened stops the run having written nothing
                 self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat)
+                refuse_foreign(self.storage, self.spec.name, self.storage_url)
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)
                 study = self._open_study()

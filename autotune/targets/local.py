@@ -18,6 +18,7 @@ from pathlib import Path
 
 from autotune.errors import TrialFailure, UserError
 from autotune.lock import FileLock, holder_description, state_dir
+from autotune.redact import MaskedPipe
 from autotune.targets.base import Deployment, Target, TargetSpec
 from autotune.targets.programs.ports import kill_group, port_holder
 
@@ -26,14 +27,18 @@ PORT_WAIT = 30.0       # seconds to wait for the port to be released after the t
 
 
 class LocalDeployment(Deployment):
-    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log_path: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log_path: Path, pipe: MaskedPipe) -> None:
         self.proc = proc
         self.base_url = base_url
         self.log_path = log_path
         self._offset = 0
+        self._pipe = pipe
 
     def exit_status(self) -> int | None:
-        return self.proc.poll()
+        status = self.proc.poll()
+        if status is not None:
+            self._pipe.sync()  # the last lines it wrote, in the log before anyone reads why it exited
+        return status
 
     def read_log(self) -> str:
         try:
@@ -90,7 +95,8 @@ class LocalTarget(Target):
         if executable is None:
             raise TrialFailure("deploy_failed", f"server command not found: {argv[0]}")
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
+        pipe = MaskedPipe(log_path)  # the log is written masked as it streams (autotune.redact)
+        with pipe as log:
             try:
                 proc = subprocess.Popen(
                     [executable, *argv[1:]], cwd=self.cwd, env={**os.environ, **self.spec.env, **env},
@@ -100,7 +106,7 @@ class LocalTarget(Target):
             except OSError as e:
                 raise TrialFailure("deploy_failed", f"cannot start {argv[0]}: {e.strerror}") from None
         self._pidfile.write_text(json.dumps({"pid": proc.pid, "start": start_time(proc.pid), "argv": argv}))
-        self.current = LocalDeployment(proc, self.base_url(), log_path)
+        self.current = LocalDeployment(proc, self.base_url(), log_path, pipe)
         return self.current
 
     def stop(self) -> None:

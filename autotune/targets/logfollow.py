@@ -10,6 +10,7 @@ from pathlib import Path
 import paramiko
 
 from autotune.errors import TrialFailure, UserError
+from autotune.redact import MaskedFile
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +28,7 @@ class LogFollower:
     def __init__(self, fetch: Callable[[], str], log_path: Path, interval: float, name: str) -> None:
         self._fetch = fetch
         self.log_path = log_path
+        self._file = MaskedFile(log_path)  # masked as it is written (autotune.redact)
         self.interval = interval
         self._pending: list[str] = []
         self._pending_size = 0
@@ -49,13 +51,13 @@ class LogFollower:
         self._stopped.set()
         with contextlib.suppress(Exception), self._lock:
             self._keep(self._pull())
+        with contextlib.suppress(OSError), self._lock:
+            self._file.close()
 
     def _pull(self) -> str:
         text = self._fetch()
         if text:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(text)
+            self._file.write(text)
         return text
 
     def _keep(self, text: str) -> None:

@@ -159,7 +159,6 @@ class Space:
         """Reject a space with no config the engine would run. Returns how many distinct effective configs it has
         (suggestions the engine rewrites to the same config count once) and whether that is a lower bound (a space
         of more than MAX_ENUMERATION combinations is only partly walked)."""
-        self._check_reach()
         keys = set()
         first_reason = None
         combos = self.configs()
@@ -171,6 +170,7 @@ class Space:
         if not keys:
             raise UserError(f"{self.path}: [space] is impossible: the {self.engine.kind} rules reject every config "
                             f"(e.g. {first_reason})")
+        self._check_reach()
         return len(keys), next(combos, None) is not None
 
     def _check_reach(self) -> None:

@@ -41,7 +41,7 @@ MAX_SEED = 2**32 - 1
 #: the most requests a concurrency level keeps in flight
 MAX_CONCURRENCY = 10_000
 #: the largest magnitude of a number in [space] (a server flag's value; beyond it floats lose whole numbers)
-MAX_MAGNITUDE = 1e15
+MAX_MAGNITUDE = 10**15
 
 
 @dataclass(frozen=True)
@@ -394,7 +394,7 @@ def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSp
                     continue
                 if isinstance(c, (int, float)):
                     if not math.isfinite(c) or abs(c) > MAX_MAGNITUDE:
-                        v.fail(where, "choices", f"numbers must be finite, at most {MAX_MAGNITUDE:g} in size, "
+                        v.fail(where, "choices", f"numbers must be finite, at most {MAX_MAGNITUDE:.0e} in size, "
                                                  f"got {c!r}")
                     continue
                 if not isinstance(c, str) or not PLAIN_TOKEN.fullmatch(c):
@@ -463,8 +463,8 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
 
 #: a mix level: a whole number in ASCII digits (``"²".isdigit()`` is true)
 LEVEL = re.compile(r"\A[0-9]+\Z")
-#: the smallest share of the whole a mix level may have
-MIN_SHARE = 1e-9
+#: the largest share a mix level may be given (shares are relative: fractions, percentages or request counts)
+MAX_SHARE = 1e12
 
 
 def _mix(w: dict[str, Any], v: Reader, levels: list[int]) -> dict[int, float]:
@@ -475,21 +475,15 @@ def _mix(w: dict[str, Any], v: Reader, levels: list[int]) -> dict[int, float]:
         level = int(key) if LEVEL.fullmatch(key) else None
         if level not in levels:
             v.fail("workload.mix", key, f"must be one of the concurrency levels {sorted(levels)}")
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share) or share <= 0:
-            v.fail("workload.mix", key, f"must be a share above 0 (of the time spent at that load), got {share!r}")
+        if (isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share)
+                or not 0 < share <= MAX_SHARE):
+            v.fail("workload.mix", key, f"must be a share above 0 and at most {MAX_SHARE:g} (of the time spent at "
+                                        f"that load, relative to the others), got {share!r}")
         if level in mix:
             v.fail("workload.mix", key, f"names level {level} twice")
         mix[level] = float(share)
-    if not mix:
-        return {}
-    largest = max(mix.values())  # shares are relative: scaled first, so that 1e308 + 1e308 is no overflow
-    scaled = {level: share / largest for level, share in mix.items()}
-    total = sum(scaled.values())
-    for level, share in scaled.items():
-        if share / total < MIN_SHARE:
-            v.fail("workload.mix", str(level), f"is {share / total:.3g} of the whole mix, too small beside the "
-                                               f"others to count (at least {MIN_SHARE:g})")
-    return {level: share / total for level, share in sorted(scaled.items())}
+    total = sum(mix.values())
+    return {level: share / total for level, share in sorted(mix.items())}
 
 
 def _constraints(data: dict[str, Any], v: Reader) -> ConstraintSpec:

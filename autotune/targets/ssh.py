@@ -53,7 +53,7 @@ SFTP_TIMEOUT = 30.0         # deadline of one SFTP request
 BACKOFF_FIRST = 0.5         # first pause between reconnection attempts; doubles up to BACKOFF_MAX
 BACKOFF_MAX = 8.0
 READ_LIMIT = 4 << 20        # at most this much log is fetched by one read
-USER_NAME = re.compile(r"^[a-z_][a-z0-9_.-]*$")
+USER_NAME = re.compile(r"\A[a-z_][a-z0-9_.-]*\Z")
 #: private to the remote user (created 0700; see remote.guard_lines)
 DEFAULT_WORKDIR = "~/.cache/autotune"
 
@@ -91,10 +91,11 @@ class SSHSpec(TargetSpec):
         if user is not None and not USER_NAME.match(user):
             reader.fail(where, "user", f"must be a login name, got {user!r}")
         workdir = reader.get(table, where, "workdir", str, DEFAULT_WORKDIR)
-        if not workdir.startswith(("/", "~")) or not PLAIN_TOKEN.match(workdir.lstrip("~")):
-            reader.fail(where, "workdir", f"must be an absolute path of plain characters, got {workdir!r}")
+        if not workdir.startswith(("/", "~/")) or not PLAIN_TOKEN.match(workdir.lstrip("~")):
+            reader.fail(where, "workdir", "must be an absolute path of plain characters, or one under ~/ (the SSH "
+                                          f"user's own home), got {workdir!r}")
         password_env = reader.get(table, where, "password_env", str, None)
-        if password_env is not None and not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", password_env):
+        if password_env is not None and not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", password_env):
             reader.fail(where, "password_env",
                         "names an environment variable (the password itself never goes in a study)")
         return {

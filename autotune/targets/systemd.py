@@ -51,7 +51,7 @@ SHOW_PROPS = ("ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStat
               "InvocationID", "NRestarts")
 #: where systemd (>= 239) looks for an ExecStart= executable given without a path (not the login PATH)
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+UNIT_NAME = re.compile(r"\A[A-Za-z0-9:_.@-]+\.service\Z")
 _RUNNING = ("active", "reloading", "activating", "deactivating")
 _CLD_KILLED, _CLD_DUMPED = 2, 3
 

@@ -14,8 +14,8 @@ from collections.abc import Mapping
 
 from autotune.errors import TrialFailure
 
-_EXECUTABLE = re.compile(r"^[A-Za-z0-9_./+=,][A-Za-z0-9_./+=,@:-]*$")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_EXECUTABLE = re.compile(r"\A[A-Za-z0-9_./+=,][A-Za-z0-9_./+=,@:-]*\Z")
+_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 
 
 def _c_escape(text: str) -> str:

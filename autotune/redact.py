@@ -4,21 +4,17 @@ A secret is a value whose name says so (an API key flag, ``HF_TOKEN``, ``PGPASSW
 gives by reference (``HF_TOKEN = { env = "HF_TOKEN" }``, read from autotune's environment) or marks secret
 (``X = { secret = "..." }``), or the password of a storage URL. The study file's reader ``remember``s each one; every
 byte autotune writes goes through ``mask`` at the moment it is written: the database, artifacts, the event log (its
-tracebacks too), `status`, the dashboard, and the servers' logs as they stream in (``MaskedFile``, ``MaskedPipe``),
+tracebacks too), `status`, the dashboard, and the servers' logs as they stream in (``MaskedFile``, ``MaskedLaunch``),
 so that even a `kill -9` of the tuner leaves no secret on disk. The server itself still gets the real value.
 """
 from __future__ import annotations
 
-import fcntl
 import json
 import logging
 import os
 import re
-import select
 import sys
-import termios
 import threading
-import time
 import traceback
 from collections.abc import Mapping
 from pathlib import Path
@@ -119,7 +115,8 @@ def remember_url_password(url: str) -> None:
 def _forms(value: str) -> set[str]:
     """How a secret may appear in text a program prints: as it is, inside a JSON string or a Python repr, and
     URL-encoded."""
-    forms = {value, json.dumps(value)[1:-1], repr(value)[1:-1], quote(value, safe=""), quote_plus(value)}
+    forms = {value, json.dumps(value)[1:-1], repr(value)[1:-1], quote(value), quote(value, safe=""),
+             quote_plus(value)}
     return {f for f in forms if len(f) >= SHORTEST}
 
 
@@ -265,54 +262,28 @@ def _clear_cut(buf: bytes, cut: int) -> int:
     return cut
 
 
-class MaskedPipe:
-    """A pipe to give a child process as its output; a thread of this process writes what arrives to ``path``
-    through a ``MaskedFile``, so the file never holds an unmasked byte, even after a `kill -9` of this process.
+class MaskedLaunch:
+    """Runs a command with its output written masked to a file, by a helper process (``python -m
+    autotune.maskrun``) that starts the command, writes its output through a ``MaskedFile`` as it streams and ends as
+    it ends (with its exit status, or killed by the same signal). The helper leads the command's process group, so it
+    is stopped with it, and it outlives whoever launched it (`autotune apply`): the command never writes into a pipe
+    nobody reads, and a `kill -9` of the tuner leaves no unmasked byte behind. The secrets reach the helper through a
+    pipe, never its command line or environment.
 
-    ``with MaskedPipe(path) as fd: Popen(..., stdout=fd)``: the block closes this process's copy of the write end.
-    The file is complete once every process holding the other end has exited; ``sync`` waits until what they wrote so
-    far is in it."""
+    ``with MaskedLaunch(path, argv) as launch: Popen(launch.argv, pass_fds=launch.fds, start_new_session=True)``"""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self._read, self.fd = os.pipe()
-        self._file = MaskedFile(path)
-        self._lock = threading.Lock()
-        self._done = False
-        self._thread = threading.Thread(target=self._copy, name=f"log-{path.name}", daemon=True)
-        self._thread.start()
+    def __init__(self, path: Path, argv: list[str]) -> None:
+        self._read, self._write = os.pipe()
+        self.argv = [sys.executable, "-m", "autotune.maskrun", str(path), str(self._read), "--", *argv]
+        self.fds = (self._read,)
 
-    def __enter__(self) -> int:
-        return self.fd
+    def __enter__(self) -> MaskedLaunch:
+        return self
 
-    def __exit__(self, *exc: object) -> None:
-        os.close(self.fd)
-
-    def sync(self, timeout: float = 2.0) -> None:
-        """Wait (at most ``timeout`` seconds) until every byte written to the pipe so far is in the file."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            with self._lock:
-                if self._done or _unread(self._read) == 0:
-                    return
-            time.sleep(0.01)
-
-    def _copy(self) -> None:
-        while True:
-            select.select([self._read], [], [])
-            with self._lock:
-                data = os.read(self._read, 1 << 16)
-                if data:
-                    self._file.write(data)
-                    continue
-                self._file.close()
-                self._done = True
-                os.close(self._read)
-                return
-
-
-def _unread(fd: int) -> int:
-    """Bytes waiting in a pipe."""
-    buf = bytearray(4)
-    fcntl.ioctl(fd, termios.FIONREAD, buf)
-    return int.from_bytes(buf, sys.byteorder)
+    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
+        os.close(self._read)
+        try:
+            if kind is None:
+                os.write(self._write, json.dumps(sorted(_known)).encode())
+        finally:
+            os.close(self._write)

@@ -18,7 +18,7 @@ from pathlib import Path
 
 from autotune.errors import TrialFailure, UserError
 from autotune.lock import FileLock, holder_description, state_dir
-from autotune.redact import MaskedPipe
+from autotune.redact import MaskedLaunch
 from autotune.targets.base import Deployment, Target, TargetSpec
 from autotune.targets.programs.ports import kill_group, port_holder
 
@@ -27,18 +27,14 @@ PORT_WAIT = 30.0       # seconds to wait for the port to be released after the t
 
 
 class LocalDeployment(Deployment):
-    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log_path: Path, pipe: MaskedPipe) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log_path: Path) -> None:
         self.proc = proc
         self.base_url = base_url
         self.log_path = log_path
         self._offset = 0
-        self._pipe = pipe
 
     def exit_status(self) -> int | None:
-        status = self.proc.poll()
-        if status is not None:
-            self._pipe.sync()  # the last lines it wrote, in the log before anyone reads why it exited
-        return status
+        return self.proc.poll()
 
     def read_log(self) -> str:
         try:
@@ -95,18 +91,18 @@ class LocalTarget(Target):
         if executable is None:
             raise TrialFailure("deploy_failed", f"server command not found: {argv[0]}")
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        pipe = MaskedPipe(log_path)  # the log is written masked as it streams (autotune.redact)
-        with pipe as log:
+        # the log is written masked as it streams, by a helper that leads the server's group (autotune.redact)
+        with open(log_path, "ab") as log, MaskedLaunch(log_path, [executable, *argv[1:]]) as launch:
             try:
                 proc = subprocess.Popen(
-                    [executable, *argv[1:]], cwd=self.cwd, env={**os.environ, **self.spec.env, **env},
-                    stdin=subprocess.DEVNULL,
+                    launch.argv, cwd=self.cwd, env={**os.environ, **self.spec.env, **env},
+                    stdin=subprocess.DEVNULL, pass_fds=launch.fds,
                     stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
                 )
             except OSError as e:
                 raise TrialFailure("deploy_failed", f"cannot start {argv[0]}: {e.strerror}") from None
         self._pidfile.write_text(json.dumps({"pid": proc.pid, "start": start_time(proc.pid), "argv": argv}))
-        self.current = LocalDeployment(proc, self.base_url(), log_path, pipe)
+        self.current = LocalDeployment(proc, self.base_url(), log_path)
         return self.current
 
     def stop(self) -> None:

@@ -25,7 +25,7 @@ from urllib.parse import parse_qsl, quote, quote_plus, urlencode
 MASK = "***"
 #: words of a flag or variable name (split at anything but letters and digits) that make its value a secret, unless a
 #: word of ``MEASURES`` says the name is about an amount of them or where one is kept (``--speculative-token-map``,
-#: ``--bucket-time-to-first-token``, ``api-key-file``); whole words only, so that ``max-total-tokens`` is not
+#: ``--bucket-time-to-first-token``, ``KEY_FILE``); whole words only, so that ``max-total-tokens`` is not
 SECRET_WORDS = frozenset({"key", "apikey", "token", "auth", "authorization", "bearer", "cookie"})
 #: parts that make a name a secret's wherever they stand: ``PGPASSWORD``, ``sslpassword``, ``apiKey``, ``AWSSECRET``
 SECRET_PARTS = ("password", "passwd", "passphrase", "secret", "apikey", "credential", "privatekey", "accesskey")

@@ -115,7 +115,7 @@ def run(study_name: str, trials: int | None, timeout: float | None, until: str |
         raise UserError("--all-targets and --target exclude each other")
     for name in spec.targets:  # every worker's input is checked before any starts
         make_plan(spec, name, trials)
-    sys.exit(run_all_targets(spec, options))
+    sys.exit(run_all_targets(spec, options.flags()))
 
 
 @cli.command()

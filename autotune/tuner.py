@@ -54,6 +54,15 @@ class RunOptions:
     restore: bool = True             # leave the target running the best (or original) config
     warm_start: str | None = None    # a study whose best configs a new study measures first
 
+    def flags(self) -> list[str]:
+        """The `autotune run` flags that ask for these options again (for another worker of the study)."""
+        out: list[str] = []
+        for flag, value in (("--trials", self.trials), ("--timeout", self.timeout), ("--until", self.until),
+                            ("--storage", self.storage)):
+            if value is not None:
+                out += [flag, str(value)]
+        return out if self.restore else [*out, "--no-restore"]
+
 
 @dataclass
 class RunSummary:
@@ -107,7 +116,8 @@ class Tuner:
         try:
             with target.lock(self.spec.name):
                 # the storage before the log file: a URL that cannot be opened stops the run having written nothing
-                self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat)
+                self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat,
+                                            on_stale=queue.stale_trial_callback)
                 refuse_foreign(self.storage, self.spec.name, self.storage_url)
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)

@@ -24,8 +24,6 @@ OPTUNA_TABLES = frozenset({"studies", "version_info", "trials"})
 OPTUNA_SCHEMA = frozenset({"studies", "version_info", "trials", "study_directions", "study_user_attributes",
                            "study_system_attributes", "trial_params", "trial_values", "trial_user_attributes",
                            "trial_system_attributes", "trial_intermediate_values", "trial_heartbeats"})
-#: how long to wait for a study another autotune is creating right now to carry autotune's record
-CREATION_WAIT = 10.0
 
 
 def open_storage(url: str, create: bool = True, heartbeat: float | None = None,
@@ -122,17 +120,17 @@ def load_existing_study(name: str, url: str) -> optuna.Study:
 
 def refuse_foreign(storage: optuna.storages.BaseStorage, name: str, url: str) -> bool:
     """Whether the storage holds a study ``name``; refuses one autotune did not create (another program's of the same
-    name: autotune would fail its live trials as orphans and queue its own configs into it). A study without trials
-    may be one another autotune is creating this moment: it gets ``CREATION_WAIT`` seconds to carry autotune's
-    record."""
+    name: autotune would fail its live trials as orphans and queue its own configs into it). A study with no trial, no
+    attribute and only maximized objectives is one an autotune was creating when it stopped (or is creating now: the
+    study and autotune's record of it are two writes): it is taken as autotune's."""
     try:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return False
-    deadline = time.monotonic() + CREATION_WAIT
-    while not record_study.is_autotunes(study):
-        if study.get_trials(deepcopy=False) or time.monotonic() >= deadline:
-            raise UserError(f"study {name!r} in {redact(url)} was not created by autotune (it has no autotune "
-                            "record): give the study another name, or autotune another --storage")
-        time.sleep(0.25)
-    return True
+    if record_study.is_autotunes(study):
+        return True
+    empty = not study.get_trials(deepcopy=False) and not study.user_attrs
+    if empty and all(d == optuna.study.StudyDirection.MAXIMIZE for d in study.directions):
+        return True
+    raise UserError(f"study {name!r} in {redact(url)} was not created by autotune (it has no autotune record): give "
+                    "the study another name, or autotune another --storage")

@@ -139,6 +139,7 @@ class Tuner:
         created = spec.name not in existing
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions,
                                     load_if_exists=True, pruner=make_pruner(spec))
+        created = created or not record.study.is_autotunes(study)  # its creation was cut short (storage.py)
         want = [optuna.study.StudyDirection.MAXIMIZE] * len(spec.directions)
         if list(study.directions) != want:
             raise UserError(f"study {spec.name!r} in {redact(self.storage_url)} was created with "

@@ -8,7 +8,6 @@ import sqlite3
 import subprocess
 import sys
 import threading
-import time
 from pathlib import Path
 
 import optuna
@@ -78,22 +77,38 @@ def test_a_worker_names_its_process_on_its_trial() -> None:
     assert stored.boot == boot_id() and stored.start == start_time(stored.pid)
 
 
-def test_a_study_another_autotune_is_creating_is_waited_for(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """A study without trials or autotune's record may be one another worker created a moment ago: it gets a few
-    seconds to carry the record; another program's study without a record is refused once they are over."""
+def test_a_study_whose_creation_was_cut_short_is_autotunes_another_programs_is_refused(tmp_path: Path) -> None:
+    """Creating a study and recording it as autotune's are two writes: a study with no trial, no attribute and
+    maximized objectives is one an autotune was creating when it was killed (or is creating now), and is taken as
+    autotune's; a study with a trial or an attribute of another program's, or one it minimizes, is refused."""
     url = f"sqlite:///{tmp_path / 's.db'}"
     storage = open_storage(url)
-    study = optuna.create_study(study_name="s", storage=storage, direction="maximize")
-    later = threading.Timer(0.5, record.study.describe, (study, "weighted", VALID, "s.toml"))
-    later.start()
-    assert refuse_foreign(storage, "s", url) is True
-    later.join()
-    monkeypatch.setattr("autotune.storage.CREATION_WAIT", 0.5)
-    optuna.create_study(study_name="t", storage=storage)
-    started = time.monotonic()
-    with pytest.raises(UserError, match=r"study 't' in sqlite:///.*s\.db was not created by autotune"):
-        refuse_foreign(storage, "t", url)
-    assert time.monotonic() - started >= 0.5
+    optuna.create_study(study_name="cut", storage=storage, direction="maximize")
+    assert refuse_foreign(storage, "cut", url) is True
+    optuna.create_study(study_name="minimized", storage=storage)
+    optuna.create_study(study_name="attrs", storage=storage, direction="maximize").set_user_attr("tool", "x")
+    optuna.create_study(study_name="trials", storage=storage, direction="maximize").ask()
+    for name in ("minimized", "attrs", "trials"):
+        with pytest.raises(UserError, match=rf"study '{name}' in sqlite:///.*s\.db was not created by autotune"):
+            refuse_foreign(storage, name, url)
+
+
+def test_a_run_resumes_a_study_whose_creation_was_cut_short(tmp_path: Path) -> None:
+    """An earlier run was killed between creating the study and recording it as autotune's: the next run records it
+    (its objective, its study file) and queues its baseline."""
+    from autotune.plan import make_plan
+    from autotune.study import load_study
+    from autotune.tuner import RunOptions, Tuner
+
+    study_file = tmp_path / "s.toml"
+    study_file.write_text(VALID)
+    url = f"sqlite:///{tmp_path / 's.db'}"
+    optuna.create_study(study_name="s", storage=url, direction="maximize")
+    tuner = Tuner(make_plan(load_study(str(study_file))), RunOptions())
+    tuner.storage = open_storage(url)
+    study = tuner._open_study()
+    assert record.study.is_autotunes(study) and record.study.objective(study) == "weighted"
+    assert [t.state for t in study.trials] == [TrialState.WAITING]  # the baseline, queued
 
 
 def test_a_study_an_older_autotune_created_is_still_its_own(tmp_path: Path) -> None:

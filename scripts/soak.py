@@ -16,7 +16,7 @@ a stale server as the verification sees it (``wrong_args``). Once, the tuner sta
 twice, it ends on the next-best config that beats the baseline. In this mode the daemon is only ever SIGKILLed (a
 SIGTERM ends a run with a final deploy of its own) and launches outside a trial get no random fault.
 Usage: python scripts/soak.py [--trials 200] [--kill-every 20] [--fault-rate 0.25] [--local] [--seed N]
-                              [--final-failures N]
+                              [--speedup 20] [--final-failures N]
 """
 from __future__ import annotations
 
@@ -95,7 +95,7 @@ speculative-num-steps = 3
 speculative-eagle-topk = 1
 speculative-num-draft-tokens = 4
 sim-time-scale = 0.005
-sim-speedup = 20
+sim-speedup = {speedup}
 
 {space}
 [workload]
@@ -142,6 +142,8 @@ def main() -> None:
     ap.add_argument("--fault-rate", type=float, default=0.25, help="share of launches with a random fault")
     ap.add_argument("--local", action="store_true", help="use the local target instead of ssh-process")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--speedup", type=float, default=20.0,
+                    help="the emulator's --sim-speedup (lower it on a busy machine, where the client falls behind)")
     ap.add_argument("--final-failures", type=int, default=0,
                     help="make the deploy of the best config at the end fail this many times (for the infrastructure)")
     args = ap.parse_args()
@@ -167,7 +169,8 @@ def main() -> None:
                       f'key_file = "{sshd.user_key}"\nknown_hosts = "{sshd.known_hosts}"\nworkdir = "{work}/remote"\n'
                       f'server_port = {port}\ntunnel = true')
         study = work / "soak.toml"
-        study.write_text(STUDY.format(trials=args.trials, target=target, wrapper=wrapper, space=SPEC_SPACE))
+        study.write_text(STUDY.format(trials=args.trials, target=target, wrapper=wrapper, space=SPEC_SPACE,
+                                      speedup=args.speedup))
         start = time.monotonic()
         try:
             kills = run_until_done(study, env, args.kill_every, rng, sigterm=args.final_failures == 0)
@@ -182,7 +185,7 @@ def main() -> None:
             healthy = check_server(port, best, sshd is not None)
         finally:
             if sshd is not None:
-                subprocess.run(["pkill", "-f", "--", f"--port {port}"], check=False)
+                stop_server(study, env)
                 sshd.stop()
     retried = {r["retry_of"] for r in rows if r["retry_of"] is not None}
     counted = [r for r in rows if r["number"] not in retried and r["state"] not in ("RUNNING", "WAITING")]
@@ -200,6 +203,13 @@ def main() -> None:
     print(f"trials lost: {len(lost)} (goal: 0); configs cut short twice (counted, not retried again): {len(twice)}")
     print(f"server ended healthy: {healthy}")
     print("\n".join(ending))
+
+
+def stop_server(study: Path, env: dict[str, str]) -> None:
+    """Stop the server the study left running on its target, the way the target stops one (its process group)."""
+    script = ("import sys\nfrom autotune.study import load_study\nfrom autotune.targets import make_target\n"
+              "t = make_target(load_study(sys.argv[1]).target())\nt.stop()\nt.close()\n")
+    subprocess.run([sys.executable, "-c", script, str(study)], env=env, check=False, timeout=120)
 
 
 def final_deploy(study: Path, record: Path, port: int, keeps_running: bool) -> list[str]:

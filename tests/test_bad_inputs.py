@@ -457,7 +457,8 @@ CASES: dict[str, Case] = {
     "sim surface study and profile": run(("sim", "surface", "--study", "S", "--profile", "qwen122b"),
                                          r"--study takes the profile and the space from the study file"),
     "sim profile seed": run(("sim", "profile", "--random", "-1"), r"--random.*-1 is not in the range"),
-    "sim surface profile": run(("sim", "surface", "--profile", "nope"), r"nope"),
+    "sim surface profile": run(("sim", "surface", "--profile", "nope"),
+                               r"no profile 'nope' \(known names: .*qwen122b.*; or give a path to a \.toml\)"),
     # -- storage
     "memory storage flag": run(("run", "--study", "S", "--storage", "sqlite:///:memory:"),
                                r"--storage.*must name a database file"),

@@ -129,8 +129,7 @@ def refuse_foreign(storage: optuna.storages.BaseStorage, name: str, url: str) ->
         return False
     if record_study.is_autotunes(study):
         return True
-    empty = not study.get_trials(deepcopy=False) and not study.user_attrs
-    if empty and all(d == optuna.study.StudyDirection.MAXIMIZE for d in study.directions):
+    if record_study.is_blank(study) and all(d == optuna.study.StudyDirection.MAXIMIZE for d in study.directions):
         return True
     raise UserError(f"study {name!r} in {redact(url)} was not created by autotune (it has no autotune record): give "
                     "the study another name, or autotune another --storage")

@@ -133,7 +133,7 @@ def validate(study_name: str) -> None:
                f"a budget of {spec.trials} launches, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
                f"{len(plan.prompts)} prompts")
-    for params in plan.starting_points:
+    for params in plan.opening:
         click.echo(f"  starting point: {plan.engine.describe(params)}")
 
 

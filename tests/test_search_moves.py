@@ -1,7 +1,8 @@
-"""How the tuner picks its next neighbour (autotune/search/), on a study whose measurements are given: the move the
-measurements so far favour comes first, a leader with nothing left around it hands over to its close rivals, and a
-config whose launch failed for the infrastructure even after its retry is neither a neighbour nor a confirmation again,
-nor launched when the sampler proposes it. The whole search, on the emulator, is tests/test_search.py."""
+"""How the tuner picks its next neighbour (autotune/search/, ``scope = "local"``), on a study whose measurements are
+given: the move the measurements so far favour comes first, a leader with nothing left around it hands over to its
+close rivals, and a config whose launch failed for the infrastructure even after its retry is neither a neighbour nor
+a confirmation again, nor launched when the sampler proposes it. The whole search, on the emulator, is
+tests/test_search.py."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,6 +12,7 @@ import optuna
 
 from autotune import queue, record, search
 from autotune.plan import Plan, make_plan
+from autotune.search import SearchSettings
 from autotune.space import Space
 from autotune.study import load_study
 from autotune.targets import make_target
@@ -33,7 +35,8 @@ choices = [1, 2]
 def new_study(tmp_path: Path) -> tuple[optuna.Study, Plan]:
     """A study and its plan, with the local search starting after two launches."""
     spec = load_study(str(write_study(tmp_path, objective="concurrent", space=SPACE)))
-    return optuna.create_study(direction="maximize"), make_plan(replace(spec, startup_trials=2))
+    plan = make_plan(replace(spec, startup_trials=2))
+    return optuna.create_study(direction="maximize"), replace(plan, search=SearchSettings(scope="local"))
 
 
 def launch(trial: optuna.Trial, space: Space) -> None:

@@ -101,6 +101,18 @@ class Engine(ABC):
         space does not hold: the search space keeps only what it can run. [] when the engine has no such knowledge."""
         return []
 
+    def memory_flags(self, args: Mapping[str, ArgValue]) -> tuple[str, ...]:
+        """The flags of ``args`` whose values the server's memory need grows with, everything else being equal, in
+        the order to shrink them after an out-of-memory failure; () when the engine knows of none. The search keeps
+        a boundary with it: a config at least as large as one that ran out of memory in every one of these flags
+        (and equal in the rest) runs out too, and one at most as large as a config that fitted fits."""
+        return ()
+
+    def draft_tree(self, args: Mapping[str, ArgValue]) -> tuple[int, int, int] | None:
+        """A speculative config's draft tree as the server runs it, (steps, topk, draft tokens), for the search's
+        model of what those numbers do (search/physics.py); None when ``args`` draft no tree."""
+        return None
+
     def auth_headers(self, args: Mapping[str, ArgValue]) -> dict[str, str]:
         """The headers every request to a server started with ``args`` needs (its API key, if it has one)."""
         key = args.get(self.api_key_flag) if self.api_key_flag else None

@@ -115,6 +115,24 @@ class SGLang(Engine):
             return ValidRange(irrelevant=True)
         return ValidRange(high=tree_capacity(steps, topk))
 
+    def memory_flags(self, args: Mapping[str, ArgValue]) -> tuple[str, ...]:
+        """An EAGLE tree's memory grows with each of its numbers: the CUDA graphs' verify buffers with batch x draft
+        tokens, the draft tree's with topk x steps. After an out-of-memory failure the same tree is tried with fewer
+        draft tokens first, then fewer steps; topk, the tree's width, last."""
+        algo = str(args.get("speculative-algorithm", "")).upper()
+        if algo not in (*TREE_ALGORITHMS, "NEXTN") or not all(a in args for a in TREE_ARGS):
+            return ()
+        return DRAFT_TOKENS, TREE_ARGS[0], TREE_ARGS[1]
+
+    def draft_tree(self, args: Mapping[str, ArgValue]) -> tuple[int, int, int] | None:
+        if not self.memory_flags(args):
+            return None
+        try:
+            steps, topk, draft = (_positive_int(dict(args), a) for a in TREE_ARGS)
+        except InvalidConfig:
+            return None
+        return steps, topk, steps + 1 if topk == 1 else draft
+
     def starting_points(self, values: Mapping[str, Sequence[ArgValue]], fixed: Mapping[str, ArgValue]) -> list[Args]:
         """An EAGLE tree is tuned by hand the same way each time: first deeper (more steps) on the narrowest tree,
         usually the chain (topk 1, SGLang's own choice for most models, at 3 steps), then wider. So: the narrowest topk

@@ -3,7 +3,7 @@ or measures): the engine, the target, the space and its baseline, the prompts, t
 connects anywhere or writes anything; every problem is a ``UserError``."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autotune.bench.workload import load_prompts
@@ -66,7 +66,7 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
     if spec.missing:
         raise UserError(f"{spec.path}: {spec.missing[0]}")
     engine = get_engine(spec.engine.kind)
-    target_spec = spec.target(target)
+    target_spec = replace(spec.target(target), engine=engine.kind)
     port = spec.engine.args.get(engine.port_flag)
     if port is not None and port != target_spec.server_port:
         raise UserError(f"{spec.path}: [engine.args] {engine.port_flag} = {port} but the target's server_port is "

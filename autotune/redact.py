@@ -4,14 +4,13 @@ A secret is a value whose name says so (an API key flag, ``HF_TOKEN``, ``PGPASSW
 gives by reference (``HF_TOKEN = { env = "HF_TOKEN" }``, read from autotune's environment) or marks secret
 (``X = { secret = "..." }``), or the password of a storage URL. The study file's reader ``remember``s each one; every
 byte autotune writes goes through ``mask`` at the moment it is written: the database, artifacts, the event log (its
-tracebacks too), `status`, the dashboard, and the servers' logs as they stream in (``MaskedFile``, ``MaskedLaunch``),
+tracebacks too), `status`, the dashboard, and the servers' logs as they stream in (``MaskedFile``),
 so that even a `kill -9` of the tuner leaves no secret on disk. The server itself still gets the real value.
 """
 from __future__ import annotations
 
 import json
 import logging
-import os
 import re
 import sys
 import threading
@@ -260,30 +259,3 @@ def _clear_cut(buf: bytes, cut: int) -> int:
                     break
                 start += 1
     return cut
-
-
-class MaskedLaunch:
-    """Runs a command with its output written masked to a file, by a helper process (``python -m
-    autotune.maskrun``) that starts the command, writes its output through a ``MaskedFile`` as it streams and ends as
-    it ends (with its exit status, or killed by the same signal). The helper leads the command's process group, so it
-    is stopped with it, and it outlives whoever launched it (`autotune apply`): the command never writes into a pipe
-    nobody reads, and a `kill -9` of the tuner leaves no unmasked byte behind. The secrets reach the helper through a
-    pipe, never its command line or environment.
-
-    ``with MaskedLaunch(path, argv) as launch: Popen(launch.argv, pass_fds=launch.fds, start_new_session=True)``"""
-
-    def __init__(self, path: Path, argv: list[str]) -> None:
-        self._read, self._write = os.pipe()
-        self.argv = [sys.executable, "-m", "autotune.maskrun", str(path), str(self._read), "--", *argv]
-        self.fds = (self._read,)
-
-    def __enter__(self) -> MaskedLaunch:
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, *rest: object) -> None:
-        os.close(self._read)
-        try:
-            if kind is None:
-                os.write(self._write, json.dumps(sorted(_known)).encode())
-        finally:
-            os.close(self._write)

@@ -61,14 +61,14 @@ def measure(study: optuna.Study, plan: Plan, steps: int, topk: int, value: float
 
 def fail_for_the_infrastructure(study: optuna.Study, plan: Plan, steps: int, topk: int,
                                 role: str = "neighbour") -> None:
-    """A launch of (steps, topk) whose measurement the client could not keep up with, and its one retry, alike."""
+    """A launch of (steps, topk) whose SSH connection dropped, and its one retry, alike."""
     space = plan.space
     queue.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), role)
     for _ in range(2):
         def objective(trial: optuna.Trial) -> float:
             launch(trial, space)
-            record.write.failed(trial, "client_bound", "the client fell behind the server")
-            raise RuntimeError("client_bound")
+            record.write.failed(trial, "ssh_lost", "the SSH connection to the target dropped")
+            raise RuntimeError("ssh_lost")
 
         study.optimize(objective, n_trials=1, catch=(RuntimeError,))
         attempt = study.get_trials(deepcopy=False)[-1]
@@ -158,5 +158,5 @@ def test_the_sampler_proposing_a_config_given_up_on_launches_nothing(tmp_path: P
     rec = record.TrialRecord.of(trial)
     assert trial.state == optuna.trial.TrialState.PRUNED, "rejected like an infeasible config: TPE learns to avoid it"
     assert (rec.reason, rec.launched) == ("given_up", False)
-    assert f"trial {trial.number - 1}" in rec.detail and "client_bound" in rec.detail
+    assert f"trial {trial.number - 1}" in rec.detail and "ssh_lost" in rec.detail
     assert not (plan.logs_dir / f"trial-{trial.number:04d}.log").exists(), "no server was started for it"

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from autotune.engines.secret_args import OffCommandLine, flags_with_values
 
 ArgValue = str | int | float | bool
 Args = dict[str, ArgValue]
@@ -78,6 +80,10 @@ class Engine(ABC):
     short_prefixes: tuple[str, ...] = ()
     #: the two tuned flags a contour plot is drawn over when both are tuned (() lets the report pick)
     plot_params: tuple[str, ...] = ()
+    #: the key of a stream event's cumulative completion-token count (the load generator reads it by position)
+    stream_tokens_key: str = ""
+    #: the key of a stream's last event that holds the server's own timing of the request in seconds ("": none)
+    stream_seconds_key: str = ""
 
     @abstractmethod
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
@@ -117,6 +123,12 @@ class Engine(ABC):
         """The headers every request to a server started with ``args`` needs (its API key, if it has one)."""
         key = args.get(self.api_key_flag) if self.api_key_flag else None
         return {"Authorization": f"Bearer {key}"} if isinstance(key, str) else {}
+
+    def hide_secrets(self, argv: list[str], secret: Callable[[str, str], bool]) -> OffCommandLine:
+        """``argv`` with the flags ``secret(name, value)`` picks taken off the command line, to be given to the
+        server another way it reads them (an environment variable, a file); a flag the engine reads from its command
+        line only stays there and is named in ``kept``. An engine that knows no other way keeps them all."""
+        return OffCommandLine(list(argv), kept=tuple(f.name for f in flags_with_values(argv, secret)))
 
     def short_name(self, flag: str) -> str:
         for prefix in self.short_prefixes:

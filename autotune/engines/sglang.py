@@ -6,14 +6,16 @@ never deployed and configs it would rewrite to the same thing are measured once.
 """
 from __future__ import annotations
 
+import json
 import math
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate, ValidRange
+from autotune.engines.secret_args import OffCommandLine, SecretFile, flags_with_values, without
 from autotune.errors import InvalidConfig
 
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
@@ -52,6 +54,8 @@ _CAPACITY = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)
 
 class SGLang(Engine):
     kind = "sglang"
+    stream_tokens_key = "completion_tokens"
+    stream_seconds_key = "e2e_latency"
     # /ready (0.5.23) answers at once; /health (older releases) is /health_generate, which holds every answer >= 1 s
     readiness_paths = ("/ready", "/health")
     short_prefixes = ("speculative-num-", "speculative-eagle-", "speculative-")
@@ -168,6 +172,19 @@ class SGLang(Engine):
             if value is not True:
                 argv.append(str(value))
         return argv
+
+    def hide_secrets(self, argv: list[str], secret: Callable[[str, str], bool]) -> OffCommandLine:
+        """SGLang reads no flag from its environment, but any flag from a YAML file: ``--config FILE.yaml`` (the
+        file's keys are flag names, merged under the command line's own flags). It takes one such file: a study that
+        gives its own ``config`` keeps its secret flags on the command line."""
+        found = flags_with_values(argv, secret)
+        if not found:
+            return OffCommandLine(list(argv))
+        if "--config" in argv or any(w.startswith("--config=") for w in argv):
+            return OffCommandLine(list(argv), kept=tuple(f.name for f in found))
+        # JSON strings are YAML double-quoted scalars: every value stays a string (no yes/no/number reading)
+        text = "".join(f"{json.dumps(f.name)}: {json.dumps(f.value)}\n" for f in found)
+        return OffCommandLine(without(argv, found), file=SecretFile("--config", ".yaml", text))
 
     def fatal_reason(self, line: str) -> str | None:
         for pattern, reason in _FATAL:

@@ -44,7 +44,7 @@ PORT_WAIT = 30.0       # seconds to wait for the port to be released once the gr
 LAUNCH_WAIT = 10.0     # seconds the supervisor waits for its daemon to start (programs/supervisor.py START_WAIT)
 LOG_FOLLOW_INTERVAL = 1.0  # seconds between background fetches of the server log into the trial's log file
 
-_ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
 @dataclass(frozen=True)

@@ -22,8 +22,8 @@ import pytest
 
 from autotune.cli import main
 from autotune.record import study as record_study
-from tests.conftest import run_autotune
-from tests.test_study import VALID
+from tests.support.cli import run_autotune
+from tests.support.study_texts import VALID
 
 SSH = VALID.replace('[target]\nkind = "local"\nserver_port = 31555',
                     '[target]\nkind = "ssh-process"\nhost = "gpu1"\nserver_port = 31555')

@@ -20,7 +20,7 @@ from autotune.plan import make_plan
 from autotune.study import load_study
 from autotune.targets.local import LocalTarget
 from autotune.tuner import RunOptions, Tuner
-from tests.studies import port_of, write_study
+from autotune.testing.studies import port_of, write_study
 
 KEY = "sk-final-deploy-6610"
 STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"

@@ -20,7 +20,7 @@ from autotune.errors import UserError
 from autotune.owner import Owner, boot_id, start_time
 from autotune.record import write
 from autotune.storage import load_existing_study, open_storage, refuse_foreign
-from tests.test_study import VALID
+from tests.support.study_texts import VALID
 
 
 def running(study: optuna.Study, target: str | None, owner: Owner | None, worker: str = "w") -> int:

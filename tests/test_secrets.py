@@ -20,8 +20,8 @@ import pytest
 from autotune.record import write
 from autotune.redact import remember
 from autotune.targets.logfollow import LogFollower
-from tests.conftest import run_autotune
-from tests.studies import port_of, status, write_study
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import run_autotune, status
 
 API_KEY = "sk-api-7Hq2kP9x"
 HF_TOKEN = "hf_tokenvalue_81234"

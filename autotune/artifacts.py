@@ -39,10 +39,11 @@ def upload_trial(
         files_dir.mkdir(parents=True, exist_ok=True)
         uploads: list[tuple[Path, str]] = []
         if server_log is not None and server_log.exists():
-            # masked (in place, when the log is in files_dir): servers print their arguments (SGLang its
-            # api_key) at startup
+            # the targets write server logs masked as they stream (servers print their arguments at startup, SGLang
+            # its api_key); a log kept elsewhere is copied here masked
             path = files_dir / server_log.name
-            path.write_text(mask(server_log.read_text(errors="replace")))
+            if path.resolve() != server_log.resolve():
+                path.write_text(mask(server_log.read_text(errors="replace")))
             uploads.append((path, "text/plain"))
         if launch is not None:
             name, text = launch
@@ -51,7 +52,7 @@ def upload_trial(
             uploads.append((path, "text/plain"))
         if records:
             path = files_dir / f"{prefix}.records.json"
-            path.write_text(json.dumps(records, indent=1))
+            path.write_text(mask(json.dumps(records, indent=1)))
             uploads.append((path, "application/json"))
         for path, mimetype in uploads:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype=mimetype)

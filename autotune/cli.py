@@ -404,8 +404,19 @@ def sim_profile(seed: int, out: Path | None) -> None:
     click.echo(f"{out}: {host.name}: {host.describe()}")
 
 
+def _line(message: str) -> str:
+    """An error as one line: secrets masked, control characters (a newline in a name) escaped."""
+    from autotune.redact import mask
+    from autotune.tables import shown
+
+    return shown(mask(message))
+
+
 def main() -> None:
+    from autotune.redact import install_excepthooks
+
     os.umask(0o077)  # the study's database, logs, artifacts and backups are the user's alone
+    install_excepthooks()  # a bug's traceback is printed with secrets masked
     try:
         cli(standalone_mode=False)
     except click.exceptions.Abort:
@@ -416,10 +427,10 @@ def main() -> None:
         where = e.ctx.command_path if isinstance(e, click.UsageError) and e.ctx is not None else "autotune"
         hint = f" (see {where} --help)" if isinstance(e, click.UsageError) else ""
         message = " ".join(e.format_message().split())
-        click.echo(f"autotune: error: {message}{hint}", err=True)
+        click.echo(f"autotune: error: {_line(message)}{hint}", err=True)
         sys.exit(e.exit_code)
     except UserError as e:
-        click.echo(f"autotune: error: {e}", err=True)
+        click.echo(f"autotune: error: {_line(str(e))}", err=True)
         sys.exit(2)
     except KeyboardInterrupt:
         sys.exit(130)

@@ -76,9 +76,9 @@ def prepare(study_name: str, study_dir: Path, storage_url: str, host: str, port:
                         "or pass --allow-remote")
     load_existing_study(study_name, storage_url)  # one clear line if there is no such study
     storage = open_storage(storage_url, create=False)
+    _check_port(host, port)  # before anything is written: a wrong address is one line and leaves nothing behind
     path = artifact_dir(study_dir, study_name)
     path.mkdir(parents=True, exist_ok=True)  # the store does not create its directory
-    _check_port(host, port)
     return Dashboard(storage=storage, store=FileSystemArtifactStore(path), artifacts=path, host=host, port=port,
                      study_id=storage.get_study_id_from_name(study_name), storage_url=storage_url)
 
@@ -89,6 +89,8 @@ def _check_port(host: str, port: int) -> None:
         infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
     except socket.gaierror as e:
         raise UserError(f"--host {host}: {e.strerror}") from None
+    except (UnicodeError, ValueError) as e:  # a name IDNA cannot encode ("a..b", a label of 64 letters)
+        raise UserError(f"--host {host}: not a host name or address ({e})") from None
     family, _, _, _, addr = infos[0]
     with socket.socket(family, socket.SOCK_STREAM) as s:
         s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

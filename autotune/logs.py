@@ -1,12 +1,13 @@
 """Event lines: one per event (trial start, deploy, ready, measured, failed, restored), to stdout for journald
-and to the study's log file beside the study; secrets masked (autotune.redact)."""
+and to the study's log file beside the study; secrets masked in the whole line, a traceback included
+(autotune.redact)."""
 from __future__ import annotations
 
 import logging
 import sys
 from pathlib import Path
 
-from autotune.redact import LogFilter
+from autotune.redact import LogFilter, MaskingFormatter
 
 FORMAT = "%(asctime)s %(message)s"
 DATEFMT = "%Y-%m-%d %H:%M:%S"
@@ -20,13 +21,13 @@ def setup(log_file: Path | None, stream: object = None) -> logging.Logger:
         logger.removeHandler(handler)
         handler.close()
     console = logging.StreamHandler(stream or sys.stdout)
-    console.setFormatter(logging.Formatter(FORMAT, DATEFMT))
+    console.setFormatter(MaskingFormatter(FORMAT, DATEFMT))
     console.addFilter(LogFilter())
     logger.addHandler(console)
     if log_file is not None:
         log_file.parent.mkdir(parents=True, exist_ok=True)
         file_handler = logging.FileHandler(log_file)
-        file_handler.setFormatter(logging.Formatter(FORMAT, DATEFMT))
+        file_handler.setFormatter(MaskingFormatter(FORMAT, DATEFMT))
         file_handler.addFilter(LogFilter())
         logger.addHandler(file_handler)
     return logger

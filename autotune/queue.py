@@ -98,15 +98,18 @@ def stored(trial: optuna.Trial) -> FrozenTrial:
 
 
 def sweep(study: optuna.Study, target: str) -> None:
-    """Trials left RUNNING on ``target`` by a tuner that died: fail them and queue each config once more.
+    """Trials a dead tuner left RUNNING: fail them and queue each config once more.
 
-    The caller holds the target's lock, so its RUNNING trials are stale; and the study's admission lock, which a
-    worker holds from creating a trial until the trial names its target: a RUNNING trial that names none was left by
-    a worker that died in between. Other targets' trials are their workers' business (or the heartbeat's)."""
+    A trial is an orphan once the process that ran it is gone (``record.owner_of``: its host, the host's boot, its
+    pid and start time), whatever target it names: a live worker on this host keeps its trial, a worker on another
+    host is the heartbeat's business (PostgreSQL), never this sweep's. A RUNNING trial that names no process was left
+    by a worker that died between creating it and naming itself: the caller holds the study's admission lock, which a
+    worker holds over that span. A trial an older autotune started names only its target: it is an orphan when that
+    is ``target``, whose lock the caller holds."""
     trials = study.get_trials(deepcopy=False)
     again = results.retried(trials)
     for t in trials:
-        if t.state != TrialState.RUNNING or (record.target_of(t) or target) != target:
+        if t.state != TrialState.RUNNING or not _orphaned(t, target):
             continue
         if t.number not in again and should_retry(t, record.reason_of(t)):
             requeue(study, t)
@@ -114,6 +117,13 @@ def sweep(study: optuna.Study, target: str) -> None:
         else:
             log.info("trial %d was left running by a stopped tuner: failed", t.number)
         study.tell(t.number, state=TrialState.FAIL)
+
+
+def _orphaned(trial: FrozenTrial, target: str) -> bool:
+    owner = record.owner_of(trial)
+    if owner is not None:
+        return owner.gone() is True
+    return (record.target_of(trial) or target) == target
 
 
 def requeue_forced(study: optuna.Study, number: int) -> None:

@@ -184,6 +184,28 @@ def leader(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> Esti
     return top(estimates(study, trials))
 
 
+def ranked(study: optuna.Study) -> list[FrozenTrial]:
+    """Every feasible measured config, best first, each as the first trial that measured it (``best`` is the
+    first of them)."""
+    trials = study.get_trials(deepcopy=False)
+    found = estimates(study)
+    if found:
+        order = sorted(found.values(), key=lambda e: (-e.value, e.trials[0]))
+        return [trials[e.trials[0]] for e in order]
+    return sorted((t for t in trials if feasible(t)), key=lambda t: (-score(t, study), t.number))
+
+
+def above_baseline(study: optuna.Study) -> list[FrozenTrial]:
+    """The configs of ``ranked`` that beat the baseline (every one when the baseline has no feasible measurement):
+    those worth leaving running at the end of a study."""
+    base = baseline(study.get_trials(deepcopy=False))
+    if base is None or not feasible(base):
+        return ranked(study)
+    key, value = TrialRecord.of(base).config_key, score(base, study)
+    return [t for t in ranked(study) if t.number != base.number and (key is None or TrialRecord.of(t).config_key
+                                                                       != key) and score(t, study) > value]
+
+
 def best(study: optuna.Study) -> FrozenTrial | None:
     """The first trial that measured the best config (its command and figures stand for the config); see ``leader``
     for the config's pooled estimate. A study whose trials carry no config key (written by hand) ranks trials."""

@@ -170,7 +170,39 @@ class Space:
         if not keys:
             raise UserError(f"{self.path}: [space] is impossible: the {self.engine.kind} rules reject every config "
                             f"(e.g. {first_reason})")
+        self._check_reach()
         return len(keys), next(combos, None) is not None
+
+    def _check_reach(self) -> None:
+        """Refuse a flag whose [space] range goes past the most the engine accepts anywhere in the space (draft
+        tokens up to 2000000000 for trees that hold at most 457): values no config can run. The flags it depends on
+        are tried at their extremes (the engines' bounds grow with them)."""
+        for p in self.params:
+            deps = self.engine.depends_on(p.name)
+            if not deps or p.type == "categorical":
+                continue
+            axes = [self._extremes(d) for d in deps]
+            most: float | None = None
+            for combo in itertools.product(*axes):
+                valid = self.engine.valid_range(p.name, {**self.fixed, **dict(zip(deps, combo, strict=True))})
+                if valid.irrelevant:
+                    continue
+                if valid.high is None:
+                    break
+                most = valid.high if most is None else max(most, valid.high)
+            else:
+                if most is not None and p.high > most:
+                    raise UserError(f"{self.path}: [space.{p.name}] high: {p.high} is more than {self.engine.kind} "
+                                    f"accepts anywhere in this space, given its {', '.join(deps)} (at most {most})")
+
+    def _extremes(self, name: str) -> list[ArgValue]:
+        """A flag's lowest and highest value in the space (every choice of a categorical), or its fixed value."""
+        p = next((q for q in self.params if q.name == name), None)
+        if p is None:
+            return [self.fixed[name]] if name in self.fixed else []
+        if p.type == "categorical":
+            return list(p.choices)
+        return [p.values()[0] if p.type == "int" else p.low, p.values()[-1] if p.type == "int" else p.high]
 
     def distributions(self) -> dict[str, optuna.distributions.BaseDistribution]:
         return {p.name: _distribution(p) for p in self.params}

@@ -11,17 +11,28 @@ import sqlalchemy.exc
 from optuna.trial import FrozenTrial
 
 from autotune.errors import UserError
+from autotune.record import study as record_study
 from autotune.redact import redact_url as redact
 
 #: seconds a SQLite writer waits for the lock, so optuna-dashboard can read while the daemon writes
 SQLITE_TIMEOUT = 30
 #: tries to open a database whose schema another process is creating (about 11 s of waiting in all)
 SCHEMA_ATTEMPTS = 10
+#: the tables that make a database Optuna's (any version autotune runs with has them)
+OPTUNA_TABLES = frozenset({"studies", "version_info", "trials"})
+#: tables of Optuna's schema (a database holding any of them is Optuna's, perhaps being created right now)
+OPTUNA_SCHEMA = frozenset({"studies", "version_info", "trials", "study_directions", "study_user_attributes",
+                           "study_system_attributes", "trial_params", "trial_values", "trial_user_attributes",
+                           "trial_system_attributes", "trial_intermediate_values", "trial_heartbeats"})
 
 
 def open_storage(url: str, create: bool = True, heartbeat: float | None = None,
                  on_stale: Callable[[optuna.Study, FrozenTrial], None] | None = None) -> optuna.storages.RDBStorage:
     """Open (and with ``create`` make) the storage at ``url``; errors become one line.
+
+    Without ``create`` (the commands that only read) a database without Optuna's tables is refused and nothing is
+    written to it; with it, a database that holds other tables but not Optuna's is refused too (it is some other
+    program's: autotune keeps its studies in a database of their own).
 
     ``heartbeat`` (seconds) makes running trials beat, so that a trial whose worker died is failed (after three
     missed beats) and handed to ``on_stale`` (the tuner queues its config again). SQLite has one worker and no
@@ -41,6 +52,7 @@ def open_storage(url: str, create: bool = True, heartbeat: float | None = None,
             raise UserError(f"cannot open storage {redact(url)}: cannot create {path.parent}: {e.strerror}") \
                 from None
         kwargs["engine_kwargs"] = {"connect_args": {"timeout": SQLITE_TIMEOUT}}
+    _check_schema(url, create, kwargs.get("engine_kwargs", {}))
     for attempt in range(SCHEMA_ATTEMPTS):
         try:
             with warnings.catch_warnings():
@@ -53,6 +65,34 @@ def open_storage(url: str, create: bool = True, heartbeat: float | None = None,
         except (ImportError, ValueError) as e:
             raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None
     raise UserError(f"cannot open storage {redact(url)}: its schema could not be created")
+
+
+def _check_schema(url: str, create: bool, engine_kwargs: dict) -> None:
+    """Refuse, in one line and having written nothing, a database that is not Optuna's: without ``create``, one that
+    lacks Optuna's tables; with it, one that holds tables and none of Optuna's."""
+    try:
+        engine = sqlalchemy.create_engine(_with_driver(url), **engine_kwargs)
+    except (ImportError, ValueError, sqlalchemy.exc.SQLAlchemyError) as e:
+        raise UserError(f"cannot open storage {redact(url)}: {str(e).splitlines()[0]}") from None
+    try:
+        tables = set(sqlalchemy.inspect(engine).get_table_names())
+    except sqlalchemy.exc.SQLAlchemyError as e:
+        raise UserError(f"cannot open storage {redact(url)}: {_first_line(e)}") from None
+    finally:
+        engine.dispose()
+    if tables >= OPTUNA_TABLES:
+        return
+    if not create:
+        raise UserError(f"no study database at {redact(url)}: it holds no Optuna tables (run `autotune run` first, "
+                        "or give the right --storage)")
+    if tables and not tables & OPTUNA_SCHEMA:
+        shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
+        raise UserError(f"storage {redact(url)} is another program's database (tables {shown}, none of "
+                        "Optuna's): give autotune a database of its own")
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(getattr(e, "orig", None) or e).splitlines() or [type(e).__name__])[0]
 
 
 def _schema_race(e: sqlalchemy.exc.SQLAlchemyError) -> bool:
@@ -71,11 +111,25 @@ def _with_driver(url: str) -> str:
 
 
 def load_existing_study(name: str, url: str) -> optuna.Study:
-    """An existing study, for commands that only read (status, best, report)."""
+    """An existing study autotune created, for commands that only read (status, best, report, ...)."""
     storage = open_storage(url, create=False)
+    if not refuse_foreign(storage, name, url):
+        raise UserError(f"no study {name!r} in {redact(url)}: run `autotune run --study {name}` first")
+    return optuna.load_study(study_name=name, storage=storage)
+
+
+def refuse_foreign(storage: optuna.storages.BaseStorage, name: str, url: str) -> bool:
+    """Whether the storage holds a study ``name``; refuses one autotune did not create (another program's of the same
+    name: autotune would fail its live trials as orphans and queue its own configs into it). A study with no trial, no
+    attribute and only maximized objectives is one an autotune was creating when it stopped (or is creating now: the
+    study and autotune's record of it are two writes): it is taken as autotune's."""
     try:
-        return optuna.load_study(study_name=name, storage=storage)
+        study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
-        raise UserError(f"no study {name!r} in {redact(url)}: run `autotune run --study {name}` first") from None
-
-
+        return False
+    if record_study.is_autotunes(study):
+        return True
+    if record_study.is_blank(study) and all(d == optuna.study.StudyDirection.MAXIMIZE for d in study.directions):
+        return True
+    raise UserError(f"study {name!r} in {redact(url)} was not created by autotune (it has no autotune record): give "
+                    "the study another name, or autotune another --storage")

@@ -19,8 +19,8 @@ else:  # pragma: no cover
 
 from autotune.engines import ENGINES, ArgValue
 from autotune.errors import UserError
-from autotune.redact import is_secret, redact_url, remember, remember_url_password
-from autotune.tables import PLAIN_TOKEN, Reader
+from autotune.redact import MASK, is_secret, redact_url, remember, remember_url_password
+from autotune.tables import CONTROL, PLAIN_TOKEN, Reader
 from autotune.targets import TargetSpec, parse_target
 
 SAMPLERS = ("tpe", "gp", "random", "grid")
@@ -33,8 +33,15 @@ INITIAL_DESIGNS = ("engine", "random")
 OBJECTIVES = ("single", "concurrent", "weighted", "pareto", "mix")
 PARAM_TYPES = ("int", "float", "categorical")
 
-FLAG_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-STUDY_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]*$")
+#: names are matched whole (``\A...\Z``): they reach file names, command lines and shells
+FLAG_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]*\Z")
+STUDY_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+#: the highest seed the samplers take (numpy's generators take 32 bits)
+MAX_SEED = 2**32 - 1
+#: the most requests a concurrency level keeps in flight
+MAX_CONCURRENCY = 10_000
+#: the largest magnitude of a number in [space] (a server flag's value; beyond it floats lose whole numbers)
+MAX_MAGNITUDE = 10**15
 
 
 @dataclass(frozen=True)
@@ -211,12 +218,19 @@ def load_study(name_or_path: str, studies_dir: Path | None = None) -> StudySpec:
     """Find, parse and validate a study file."""
     path = find_study_file(name_or_path, studies_dir)
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
+    except OSError as e:
+        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise UserError(f"{path}: not UTF-8 text (byte {raw[e.start]:#04x} at offset {e.start})") from None
+    try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise UserError(f"{path}: not valid TOML: {e}") from None
-    except OSError as e:
-        raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    except RecursionError:
+        raise UserError(f"{path}: not valid TOML here: arrays or tables nested too deeply") from None
     return parse_study(data, path, text)
 
 
@@ -228,7 +242,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     v.only(study, "study", ("name", "storage", "launches", "trials", "sampler", "objective", "seed", "startup_trials",
                             "pruning", "heartbeat", "ranges", "initial_design"))
     name = v.get(study, "study", "name", str, path.stem)
-    if not STUDY_NAME.match(name):
+    if not STUDY_NAME.fullmatch(name):
         v.fail("study", "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
     storage = v.get(study, "study", "storage", str, f"sqlite:///{path.parent / name}.db")
     try:
@@ -242,7 +256,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     trials = v.integer(study, "study", budget_key, 40, low=1)
     sampler = v.choice(study, "study", "sampler", SAMPLERS, "tpe")
     objective = v.choice(study, "study", "objective", OBJECTIVES, "weighted")
-    seed = v.integer(study, "study", "seed", None, low=0)
+    seed = v.integer(study, "study", "seed", None, low=0, high=MAX_SEED)
     startup_trials = v.integer(study, "study", "startup_trials", None, low=0)
     ranges = v.choice(study, "study", "ranges", RANGES, "engine")
     initial_design = v.choice(study, "study", "initial_design", INITIAL_DESIGNS, "engine")
@@ -304,7 +318,7 @@ def _targets(data: dict[str, Any], v: Reader) -> dict[str, TargetSpec]:
         for tname, table in tables.items():
             if not isinstance(table, dict):
                 v.fail("targets", tname, "must be a table of target keys")
-            if not FLAG_NAME.match(tname):
+            if not FLAG_NAME.fullmatch(tname):
                 v.fail("targets", tname, "target names must be letters, digits, '_' or '-'")
             out[tname] = parse_target(tname, table, f"targets.{tname}", v)
         return out
@@ -318,12 +332,13 @@ def _engine(data: dict[str, Any], v: Reader, path: Path) -> EngineSpec:
     if kind is None:
         v.fail("engine", "kind", f"is required; allowed: {', '.join(ENGINES)}")
     command = v.get(e, "engine", "command", list, None)
-    if not command or not all(isinstance(c, str) and c for c in command):
-        v.fail("engine", "command",
-               "is required: a non-empty list of strings, e.g. [\"python3\", \"-m\", \"sglang.launch_server\"]")
+    if not command or not all(isinstance(c, str) and c and not CONTROL.search(c) for c in command):
+        v.fail("engine", "command", "is required: a non-empty list of one-line strings, e.g. "
+                                    "[\"python3\", \"-m\", \"sglang.launch_server\"]")
     args = dict(v.get(e, "engine", "args", dict, {}))
     for key, value in args.items():
         if isinstance(value, dict):
+            _check_name(key, "engine.args", v)
             args[key] = v.reference("engine.args", key, value)
             continue
         _check_arg(key, value, "engine.args", v)
@@ -341,9 +356,13 @@ MAX_GRID = 1_000_000
 SHELL_CHARACTERS = frozenset("$`;|&<>\\")
 
 
-def _check_arg(key: str, value: Any, where: str, v: Reader) -> None:
-    if not FLAG_NAME.match(key):
+def _check_name(key: str, where: str, v: Reader) -> None:
+    if not FLAG_NAME.fullmatch(key):
         v.fail(where, key, "flag names are written without leading dashes: letters, digits, '_' and '-'")
+
+
+def _check_arg(key: str, value: Any, where: str, v: Reader) -> None:
+    _check_name(key, where, v)
     if isinstance(value, (bool, int)):
         return
     if isinstance(value, float):
@@ -356,8 +375,9 @@ def _check_arg(key: str, value: Any, where: str, v: Reader) -> None:
         v.fail(where, key, "must be a non-empty single-line string")
     shell = sorted({c for c in value if c in SHELL_CHARACTERS})
     if shell:
+        shown = MASK if is_secret(key) else repr(value)
         v.fail(where, key, f"must not contain {' '.join(shell)} (shell syntax no server flag takes; values reach "
-                           f"the server as they are, never through a shell), got {value!r}")
+                           f"the server as they are, never through a shell), got {shown}")
 
 
 def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSpec, ...]:
@@ -369,7 +389,7 @@ def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSp
         where = f"space.{name}"
         if not isinstance(p, dict):
             v.fail("space", name, "must be a table with type = \"int\" | \"float\" | \"categorical\"")
-        if not FLAG_NAME.match(name):
+        if not FLAG_NAME.fullmatch(name):
             v.fail("space", name, "flag names are written without leading dashes: letters, digits, '_' and '-'")
         ptype = v.choice(p, where, "type", PARAM_TYPES, None)
         if ptype is None:
@@ -380,9 +400,14 @@ def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSp
             if not choices:
                 v.fail(where, "choices", "must be a non-empty list")
             for c in choices:
-                if isinstance(c, (bool, int, float)):
+                if isinstance(c, bool):
                     continue
-                if not isinstance(c, str) or not PLAIN_TOKEN.match(c):
+                if isinstance(c, (int, float)):
+                    if not math.isfinite(c) or abs(c) > MAX_MAGNITUDE:
+                        v.fail(where, "choices", f"numbers must be finite, at most {MAX_MAGNITUDE:.0e} in size, "
+                                                 f"got {c!r}")
+                    continue
+                if not isinstance(c, str) or not PLAIN_TOKEN.fullmatch(c):
                     v.fail(where, "choices", "values must be numbers, true/false or plain tokens "
                                              f"(letters, digits, ./:+=,@%_-), got {c!r}")
             if len(set(map(repr, choices))) != len(choices):
@@ -391,15 +416,15 @@ def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSp
             continue
         v.only(p, where, ("type", "low", "high", "step", "log"))
         num = int if ptype == "int" else float
-        low = v.number(p, where, "low", None)
-        high = v.number(p, where, "high", None)
+        low = v.number(p, where, "low", None, low=-MAX_MAGNITUDE, high=MAX_MAGNITUDE)
+        high = v.number(p, where, "high", None, low=-MAX_MAGNITUDE, high=MAX_MAGNITUDE)
         if low is None or high is None:
             v.fail(where, "low" if low is None else "high", f"is required for type = \"{ptype}\"")
         if ptype == "int" and (low != int(low) or high != int(high)):
             v.fail(where, "low", "and high must be whole numbers for type = \"int\"")
         if low > high:
             v.fail(where, "low", f"must not exceed high ({low} > {high})")
-        step = v.number(p, where, "step", None, low=0)
+        step = v.number(p, where, "step", None, low=0, high=MAX_MAGNITUDE)
         log = v.get(p, where, "log", bool, False)
         if step is not None and step <= 0:
             v.fail(where, "step", "must be positive")
@@ -422,8 +447,10 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
                       "warmup", "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats", "mix",
                       "processes", "client"))
     conc = v.get(w, where, "concurrency", list, [1, 8, 32])
-    if not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc):
-        v.fail(where, "concurrency", f"must be a non-empty list of positive integers, got {conc!r}")
+    if not conc or not all(isinstance(c, int) and not isinstance(c, bool) and 1 <= c <= MAX_CONCURRENCY
+                           for c in conc):
+        v.fail(where, "concurrency", f"must be a non-empty list of positive integers up to {MAX_CONCURRENCY}, "
+                                     f"got {conc!r}")
     if len(set(conc)) != len(conc):
         v.fail(where, "concurrency", "has duplicate levels")
     min_rep = v.integer(w, where, "min_repeats", 1, low=1, high=20)
@@ -450,16 +477,26 @@ def _client(w: dict[str, Any], v: Reader) -> str:
     return v.choice(w, "workload", "client", CLIENTS, "auto")
 
 
+#: a mix level: a whole number in ASCII digits (``"²".isdigit()`` is true)
+LEVEL = re.compile(r"\A[0-9]+\Z")
+#: the largest share a mix level may be given (shares are relative: fractions, percentages or request counts)
+MAX_SHARE = 1e12
+
+
 def _mix(w: dict[str, Any], v: Reader, levels: list[int]) -> dict[int, float]:
     """``mix = { 1 = 0.2, 8 = 0.5, 32 = 0.3 }``: each level's share of the server's time, normalised to sum 1."""
     raw = v.get(w, "workload", "mix", dict, {})
     mix: dict[int, float] = {}
     for key, share in raw.items():
-        level = int(key) if key.isdigit() else None
+        level = int(key) if LEVEL.fullmatch(key) else None
         if level not in levels:
             v.fail("workload.mix", key, f"must be one of the concurrency levels {sorted(levels)}")
-        if isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share) or share <= 0:
-            v.fail("workload.mix", key, f"must be a share above 0 (of the time spent at that load), got {share!r}")
+        if (isinstance(share, bool) or not isinstance(share, (int, float)) or not math.isfinite(share)
+                or not 0 < share <= MAX_SHARE):
+            v.fail("workload.mix", key, f"must be a share above 0 and at most {MAX_SHARE:g} (of the time spent at "
+                                        f"that load, relative to the others), got {share!r}")
+        if level in mix:
+            v.fail("workload.mix", key, f"names level {level} twice")
         mix[level] = float(share)
     total = sum(mix.values())
     return {level: share / total for level, share in sorted(mix.items())}

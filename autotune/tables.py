@@ -11,11 +11,19 @@ from pathlib import Path
 from typing import Any, NoReturn
 
 from autotune.errors import UserError
-from autotune.redact import is_secret, remember
+from autotune.redact import MASK, SHORTEST, is_secret, remember
 
-#: a value that may reach a remote shell or a unit file without surprises
-PLAIN_TOKEN = re.compile(r"^[A-Za-z0-9_./:+=,@%-]+$")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+#: a value that may reach a remote shell or a unit file without surprises. Names and values are matched whole
+#: (``\A...\Z``: ``$`` would also match before a final newline, which a shell then runs as a second command)
+PLAIN_TOKEN = re.compile(r"\A[A-Za-z0-9_./:+=,@%-]+\Z")
+ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
+#: characters no single-line setting holds (a newline ends a line of a unit file, an env file or a log)
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def shown(name: str) -> str:
+    """A name as an error line shows it: control characters escaped, so that the line stays one line."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], name)
 
 
 class Reader:
@@ -29,7 +37,7 @@ class Reader:
 
     def fail(self, where: str, key: str, message: str) -> NoReturn:
         place = f"[{where}] {key}" if where else key
-        raise UserError(f"{self.path}: {place}: {message}")
+        raise UserError(f"{self.path}: {shown(place)}: {message}")
 
     def table(self, data: dict[str, Any], key: str) -> dict[str, Any]:
         value = data.get(key, {})
@@ -49,6 +57,8 @@ class Reader:
         if (kind is not bool and isinstance(value, bool)) or not isinstance(value, kind):
             names = {str: "a string", bool: "true or false", list: "a list", dict: "a table"}
             self.fail(where, key, f"must be {names.get(kind, kind.__name__)}, got {value!r}")
+        if kind is str and CONTROL.search(value):
+            self.fail(where, key, f"must be one line without control characters, got {value!r}")
         return value
 
     def choice(self, table: dict[str, Any], where: str, key: str, allowed: tuple[str, ...], default: Any) -> Any:
@@ -67,35 +77,56 @@ class Reader:
 
     def env(self, table: dict[str, Any], where: str, key: str) -> dict[str, str]:
         """A table of environment variables for the server; a value may be given by reference, ``{ env = "NAME" }``
-        (read from autotune's own environment, so that the secret is in no file)."""
+        (read from autotune's own environment, so that the secret is in no file), or marked secret,
+        ``{ secret = "VALUE" }``."""
         env = dict(self.get(table, where, key, dict, {}))
         for name, value in env.items():
-            if not ENV_NAME.match(name):
-                self.fail(f"{where}.{key}", name, "environment variable names must be letters, digits and '_'")
+            if not ENV_NAME.fullmatch(name):
+                self.fail(f"{where}.{key}", name, "environment variable names must be letters, digits and '_' "
+                                                  "(not starting with a digit)")
             if isinstance(value, dict):
                 env[name] = self.reference(f"{where}.{key}", name, value)
                 continue
-            if not isinstance(value, str) or not PLAIN_TOKEN.match(value):
-                self.fail(f"{where}.{key}", name, "must be a plain string value (letters, digits, ./:+=,@%_-) or "
-                                                  f'{{ env = "NAME" }}, got {value!r}')
+            if not isinstance(value, str) or not PLAIN_TOKEN.fullmatch(value):
+                shown = MASK if is_secret(name) and isinstance(value, str) else repr(value)
+                self.fail(f"{where}.{key}", name, "must be a plain string value (letters, digits, ./:+=,@%_-), "
+                                                  f'{{ env = "NAME" }} or {{ secret = "VALUE" }}, got {shown}')
             if is_secret(name):
                 remember(value)
         return env
 
     def reference(self, where: str, key: str, ref: dict[str, Any]) -> str:
-        """The value of ``{ env = "NAME" }`` from autotune's environment, remembered as a secret; "" (and a note in
-        ``missing``) when the variable is not set."""
+        """A secret: ``{ env = "NAME" }``, read from autotune's environment ("" and a note in ``missing`` when the
+        variable is not set), or ``{ secret = "VALUE" }``, a value written in the file that is masked wherever autotune
+        writes. Either is remembered (``redact.remember``) and must be long enough to be told apart in text."""
+        if set(ref) == {"secret"}:
+            value = ref["secret"]
+            if not isinstance(value, str) or not value or CONTROL.search(value):
+                self.fail(where, key, "{ secret = ... } must be a non-empty one-line string")
+            self._remember(where, key, value, "the secret")
+            return value
         name = ref.get("env")
-        if set(ref) != {"env"} or not isinstance(name, str) or not ENV_NAME.match(name):
+        if set(ref) != {"env"} or not isinstance(name, str) or not ENV_NAME.fullmatch(name):
             self.fail(where, key, f'a value by reference is {{ env = "NAME" }} (an environment variable of '
-                                  f"autotune's), got {ref!r}")
+                                  f'autotune\'s) and a secret written here {{ secret = "VALUE" }}, got a table of '
+                                  f"{', '.join(map(repr, ref)) or 'nothing'}")
         value = os.environ.get(name)
         if value is None:
             self.missing.append(f"[{where}] {key}: environment variable {name} is not set (the value is read from "
                                 "autotune's environment)")
             return ""
-        remember(value)
+        if CONTROL.search(value):
+            self.fail(where, key, f"environment variable {name} holds a control character (a newline?); a secret is "
+                                  "one line")
+        if value:
+            self._remember(where, key, value, f"environment variable {name}")
         return value
+
+    def _remember(self, where: str, key: str, value: str, what: str) -> None:
+        if len(value) < SHORTEST:
+            self.fail(where, key, f"{what} has {len(value)} characters; a secret needs at least {SHORTEST}, or it "
+                                  "could not be told apart from other text to be masked")
+        remember(value)
 
     def _bounded(self, table: dict[str, Any], where: str, key: str, default: Any, low: float | None,
                  high: float | None, kinds: tuple[type, ...], what: str) -> Any:

@@ -31,7 +31,7 @@ from autotune.pruning import make_pruner
 from autotune.record import TrialRecord
 from autotune.score import METRIC_NAMES
 from autotune.search import Proposal, make_sampler
-from autotune.storage import open_storage, redact
+from autotune.storage import open_storage, redact, refuse_foreign
 from autotune.targets import Target, make_target
 from autotune.trial import Objective, ServerLaunch
 from autotune.warmstart import warm_configs
@@ -119,6 +119,7 @@ class Tuner:
                 # the storage before the log file: a URL that cannot be opened stops the run having written nothing
                 self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat,
                                             on_stale=queue.stale_trial_callback)
+                refuse_foreign(self.storage, self.spec.name, self.storage_url)
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)
                 study = self._open_study()
@@ -139,6 +140,7 @@ class Tuner:
         created = spec.name not in existing
         study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions,
                                     load_if_exists=True, pruner=make_pruner(spec))
+        created = created or not record.study.is_autotunes(study)  # its creation was cut short (storage.py)
         want = [optuna.study.StudyDirection.MAXIMIZE] * len(spec.directions)
         if list(study.directions) != want:
             raise UserError(f"study {spec.name!r} in {redact(self.storage_url)} was created with "
@@ -268,7 +270,12 @@ class Tuner:
     # -- end of study ------------------------------------------------------------------------------------------
 
     def _finish(self, study: optuna.Study, target: Target) -> FrozenTrial | None:
-        """Leave the target running the best feasible config, else the original; a local target is stopped."""
+        """Leave the target running the best feasible config, else the original; a local target is stopped.
+
+        A final start of the best config that fails for the infrastructure (a lost connection, a busy port, a stale
+        server) is tried once more; if the best does not come up then (or failed for its config), the next-best
+        config that beats the baseline is deployed; the original is restored only when neither comes up. The log
+        says which config was left running."""
         best = results.best(study)
         if not target.keeps_server:
             target.stop()
@@ -277,24 +284,40 @@ class Tuner:
         if not self.options.restore:
             log.info("--no-restore: the server is left as the last trial left it")
             return best
-        base = results.baseline(study.get_trials(deepcopy=False))
-        beats = best is not None and (
-            base is None or not results.feasible(base)
-            or (best.number != base.number and results.score(best, study) > results.score(base, study)))
-        if beats and best is not None:
-            rec = TrialRecord.of(best)
-            try:
-                deploy_trial(self.plan, target, rec, self.plan.logs_dir / "final.log")
-                log.info("left running the best config: trial %d (%s)", best.number,
-                         self.plan.engine.describe(rec.params))
-                return best
-            except TrialFailure as e:
-                log.info("the best config (trial %d) did not come up again: %s; restoring the original", best.number, e)
+        ahead = results.above_baseline(study)
+        if ahead and self._deploy_final(target, ahead[0], "best", attempts=2):
+            return best
+        if len(ahead) > 1 and self._deploy_final(target, ahead[1], "next-best", attempts=1):
+            return best
+        if ahead:
+            log.info("%s: restoring the original", "no other config beats the baseline" if len(ahead) == 1 else
+                     "neither the best nor the next-best config came up")
         try:
             restore_original(self.plan, target)
         except TrialFailure as e:
             log.error("could not restore the original config: %s", e)
         return best
+
+    def _deploy_final(self, target: Target, trial: FrozenTrial, which: str, attempts: int) -> bool:
+        """Deploy ``trial``'s config to stay (``which``: the best, the next-best), started again after a failure of
+        the infrastructure, up to ``attempts`` starts in all (a failure of the config is not worth another start);
+        whether it came up healthy."""
+        rec = TrialRecord.of(trial)
+        described = f"trial {trial.number} ({self.plan.engine.describe(rec.params)})"
+        for attempt in range(1, attempts + 1):
+            try:
+                deploy_trial(self.plan, target, rec, self.plan.logs_dir / "final.log")
+            except TrialFailure as e:
+                if e.infeasible or attempt == attempts:
+                    log.info("the %s config, %s, did not come up%s: %s", which, described,
+                             " again" if attempt > 1 else "", e)
+                    return False
+                log.info("the %s config, %s, did not come up: %s; starting it once more", which, described, e)
+                continue
+            log.info("left running the %s config: %s%s", which, described,
+                     " (at its second start)" if attempt > 1 else "")
+            return True
+        return False
 
     # -- signals -----------------------------------------------------------------------------------------------
 

@@ -9,7 +9,14 @@ time in five, sent SIGTERM) at random moments. At the end it prints: trials fini
 
 By default the target is ssh-process through a throw-away OpenSSH server on 127.0.0.1 (so that the server is left
 running at the end, as on a real host); --local uses the local target (whose server is stopped at the end).
+
+--final-failures N makes the first N launches outside a trial (the deploy of the best config at the end of the study)
+fail for the infrastructure: the server started runs the baseline's speculative flags instead of the requested ones,
+a stale server as the verification sees it (``wrong_args``). Once, the tuner starts the best again and ends on it;
+twice, it ends on the next-best config that beats the baseline. In this mode the daemon is only ever SIGKILLed (a
+SIGTERM ends a run with a final deploy of its own) and launches outside a trial get no random fault.
 Usage: python scripts/soak.py [--trials 200] [--kill-every 20] [--fault-rate 0.25] [--local] [--seed N]
+                              [--speedup 20] [--final-failures N]
 """
 from __future__ import annotations
 
@@ -37,14 +44,36 @@ FAULTS = ["startup-crash", "startup-hang", "oom-under-load:3", "crash-after:300"
 FAULT_REASONS = {"crashed", "startup_timeout", "oom_under_load", "crashed_under_load", "stalled", "errors"}
 
 WRAPPER = """#!{python}
-import os, random, sys
+import os, random, sqlite3, sys
 rate = {rate!r}
 faults = {faults!r}
+baseline = {baseline!r}
+database, armed, record = {database!r}, {armed!r}, {record!r}
 args = sys.argv[1:]
-if random.random() < rate:
-    args += ["--sim-fault", random.choice(faults)]
+
+
+def in_a_trial():
+    # a trial's server starts while its trial is RUNNING; the final deploy starts one when none is
+    with sqlite3.connect("file:" + database + "?mode=ro", uri=True, timeout=30) as db:
+        return db.execute("SELECT COUNT(*) FROM trials WHERE state = 'RUNNING'").fetchone()[0] > 0
+
+
+if in_a_trial():
+    if random.random() < rate:
+        args += ["--sim-fault", random.choice(faults)]
+else:
+    left = int(open(armed).read()) if os.path.exists(armed) else 0
+    if left > 0:
+        open(armed, "w").write(str(left - 1))
+        for flag, value in baseline.items():
+            args[args.index(flag) + 1] = str(value)
+    with open(record, "a") as f:
+        f.write(("failed (ran the baseline's flags)" if left > 0 else "started as asked") + ": " + " ".join(args)
+                + chr(10))
 os.execvp("autotune-sim", ["autotune-sim", *args])
 """
+#: the study's fixed (baseline) speculative flags, which a failed final launch runs instead of the requested ones
+BASELINE = {"--speculative-num-steps": 3, "--speculative-eagle-topk": 1, "--speculative-num-draft-tokens": 4}
 
 STUDY = """[study]
 trials = {trials}
@@ -66,7 +95,7 @@ speculative-num-steps = 3
 speculative-eagle-topk = 1
 speculative-num-draft-tokens = 4
 sim-time-scale = 0.005
-sim-speedup = 20
+sim-speedup = {speedup}
 
 {space}
 [workload]
@@ -84,7 +113,8 @@ timeout = 5
 """
 
 
-def run_until_done(study: Path, env: dict[str, str], kill_every: float, rng: random.Random) -> dict[str, int]:
+def run_until_done(study: Path, env: dict[str, str], kill_every: float, rng: random.Random,
+                   sigterm: bool = True) -> dict[str, int]:
     kills = {"SIGKILL": 0, "SIGTERM": 0, "runs": 0}
     while True:
         kills["runs"] += 1
@@ -94,7 +124,7 @@ def run_until_done(study: Path, env: dict[str, str], kill_every: float, rng: ran
         while proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         if proc.poll() is None:
-            sig = signal.SIGTERM if rng.random() < 0.2 else signal.SIGKILL
+            sig = signal.SIGTERM if rng.random() < 0.2 and sigterm else signal.SIGKILL
             kills[sig.name] += 1
             proc.send_signal(sig)
         err = proc.communicate()[1]
@@ -112,13 +142,21 @@ def main() -> None:
     ap.add_argument("--fault-rate", type=float, default=0.25, help="share of launches with a random fault")
     ap.add_argument("--local", action="store_true", help="use the local target instead of ssh-process")
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--speedup", type=float, default=20.0,
+                    help="the emulator's --sim-speedup (lower it on a busy machine, where the client falls behind)")
+    ap.add_argument("--final-failures", type=int, default=0,
+                    help="make the deploy of the best config at the end fail this many times (for the infrastructure)")
     args = ap.parse_args()
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         work = Path(tmp)
         env = {**os.environ, "XDG_STATE_HOME": str(work / "state")}
         wrapper = work / "soak-server"
-        wrapper.write_text(WRAPPER.format(python=sys.executable, rate=args.fault_rate, faults=FAULTS))
+        armed, record = work / "final-failures", work / "final-launches"
+        armed.write_text(str(args.final_failures))
+        wrapper.write_text(WRAPPER.format(python=sys.executable, rate=args.fault_rate, faults=FAULTS,
+                                          baseline=BASELINE, database=str(work / "soak.db"), armed=str(armed),
+                                          record=str(record)))
         wrapper.chmod(0o755)
         port = free_port()
         sshd = None
@@ -131,11 +169,13 @@ def main() -> None:
                       f'key_file = "{sshd.user_key}"\nknown_hosts = "{sshd.known_hosts}"\nworkdir = "{work}/remote"\n'
                       f'server_port = {port}\ntunnel = true')
         study = work / "soak.toml"
-        study.write_text(STUDY.format(trials=args.trials, target=target, wrapper=wrapper, space=SPEC_SPACE))
+        study.write_text(STUDY.format(trials=args.trials, target=target, wrapper=wrapper, space=SPEC_SPACE,
+                                      speedup=args.speedup))
         start = time.monotonic()
         try:
-            kills = run_until_done(study, env, args.kill_every, rng)
+            kills = run_until_done(study, env, args.kill_every, rng, sigterm=args.final_failures == 0)
             wall = time.monotonic() - start
+            ending = final_deploy(study, record, port, sshd is not None)
             rows = json.loads(subprocess.run([sys.executable, "-m", "autotune", "status", "--study", str(study),
                                               "--json"], capture_output=True, text=True, env=env,
                                              check=True).stdout)["trials"]
@@ -145,7 +185,7 @@ def main() -> None:
             healthy = check_server(port, best, sshd is not None)
         finally:
             if sshd is not None:
-                subprocess.run(["pkill", "-f", "--", f"--port {port}"], check=False)
+                stop_server(study, env)
                 sshd.stop()
     retried = {r["retry_of"] for r in rows if r["retry_of"] is not None}
     counted = [r for r in rows if r["number"] not in retried and r["state"] not in ("RUNNING", "WAITING")]
@@ -162,6 +202,45 @@ def main() -> None:
           f"{kills['SIGTERM']} SIGTERMs of the daemon, {len(interrupted)} trials cut short and queued again")
     print(f"trials lost: {len(lost)} (goal: 0); configs cut short twice (counted, not retried again): {len(twice)}")
     print(f"server ended healthy: {healthy}")
+    print("\n".join(ending))
+
+
+def stop_server(study: Path, env: dict[str, str]) -> None:
+    """Stop the server the study left running on its target, the way the target stops one (its process group)."""
+    script = ("import sys\nfrom autotune.study import load_study\nfrom autotune.targets import make_target\n"
+              "t = make_target(load_study(sys.argv[1]).target())\nt.stop()\nt.close()\n")
+    subprocess.run([sys.executable, "-c", script, str(study)], env=env, check=False, timeout=120)
+
+
+def final_deploy(study: Path, record: Path, port: int, keeps_running: bool) -> list[str]:
+    """What the end of the study did: the launches outside a trial (as the wrapper saw them), the tuner's own lines
+    about them, and which config the server runs now among the configs that beat the baseline, ranked."""
+    from autotune import results
+    from autotune.storage import load_existing_study
+
+    lines = ["the end of the study:"]
+    lines += [f"  launch: {line}" for line in (record.read_text().splitlines() if record.exists() else [])]
+    log = study.with_suffix(".log").read_text().splitlines()
+    last = max(i for i, line in enumerate(log) if "stopped (budget)" in line)
+    said = [line.split(" ", 2)[2] for line in log[:last + 1][-12:]
+            if any(w in line for w in ("did not come up", "left running", "restor", "no other config"))]
+    lines += [f"  tuner: {line}" for line in said]
+    if not keeps_running:
+        return lines
+    ahead = results.above_baseline(load_existing_study("soak", f"sqlite:///{study.parent / 'soak.db'}"))
+    try:
+        info = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=5).json()
+    except httpx.HTTPError as e:
+        return [*lines, f"  server: not answering ({e})"]
+    running = {k: info.get(k.replace("-", "_")) for k in FLAGS}
+    names = ["the best", "the next-best"] + [f"number {n + 1}" for n in range(2, len(ahead))]
+    which = next((f"{names[i]} config that beats the baseline (trial {t.number})" for i, t in enumerate(ahead)
+                  if {k: t.user_attrs.get("params", {}).get(k) for k in FLAGS} == running),
+                 "a config that does not beat the baseline (the original?)")
+    return [*lines, f"  server ended on: {which}: {running}"]
+
+
+FLAGS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
 
 
 def check_server(port: int, best: dict | None, keeps_running: bool) -> str:

@@ -11,6 +11,7 @@ from pathlib import Path
 import optuna
 import pytest
 
+from autotune import record
 from autotune.bench.measure import Bench
 from autotune.bench.workload import load_prompts
 from autotune.engines import get_engine
@@ -119,6 +120,7 @@ def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> No
                                  "window_generations = 1\nwarmup = 1\ntolerance = 0.5")
     # queue the five fast configs first, so the slow one meets a pruner that has seen enough
     db = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
+    record.study.describe(db, "single", study.read_text(), str(study))  # autotune's study, its first trials queued
     for speed in speeds:
         db.enqueue_trial({"sim-speedup": speed})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)

@@ -24,9 +24,11 @@ def load_prompts(source: str, base: Path) -> list[str]:
         path = Path(source).expanduser()
         path = path if path.is_absolute() else base / path
         try:
-            text = path.read_text()
+            text = path.read_text(encoding="utf-8")
         except OSError as e:
             raise UserError(f"[workload] prompts: cannot read {path}: {e.strerror}") from None
+        except UnicodeDecodeError as e:
+            raise UserError(f"{path}: not UTF-8 text (a byte {e.object[e.start]:#04x} at offset {e.start})") from None
         where = str(path)
     prompts = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -34,8 +36,8 @@ def load_prompts(source: str, base: Path) -> list[str]:
             continue
         try:
             item = json.loads(line)
-        except ValueError:
-            raise UserError(f"{where}: line {n}: not valid JSON") from None
+        except (ValueError, RecursionError):
+            raise UserError(f"{where}: line {n}: not valid JSON (or nested too deeply)") from None
         prompt = item.get("prompt") if isinstance(item, dict) else None
         if not isinstance(prompt, str) or not prompt.strip():
             raise UserError(f"{where}: line {n}: needs a non-empty string field \"prompt\"")

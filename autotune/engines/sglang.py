@@ -7,6 +7,7 @@ never deployed and configs it would rewrite to the same thing are measured once.
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -157,7 +158,7 @@ class SGLang(Engine):
         trees += [(middle, topk) for topk in widths[1:]]
         points: list[Args] = []
         for s, topk in trees:
-            fits = [s + 1] if topk == 1 else [d for d in drafts if 2 <= d <= tree_capacity(s, topk)]
+            fits = [s + 1] if topk == 1 else _between(drafts, 2, tree_capacity(s, topk))
             if fits:
                 points.append(dict(zip(TREE_ARGS, (s, topk, fits[len(fits) // 2]), strict=True)))
         return points
@@ -255,6 +256,15 @@ def _ints(values: Sequence[ArgValue]) -> list[int]:
     if any(isinstance(v, bool) or float(v) != int(float(v)) for v in values):
         raise ValueError("not integers")
     return sorted(int(float(v)) for v in values)
+
+
+def _between(values: Sequence[int], low: int, high: int) -> Sequence[int]:
+    """The ascending ``values`` from ``low`` to ``high``; a range is cut by arithmetic, never listed (a space may
+    hold two billion draft-token counts)."""
+    if isinstance(values, range):
+        return values[max(0, math.ceil((low - values.start) / values.step)):
+                      max(0, math.floor((high - values.start) / values.step) + 1)]
+    return [v for v in values if low <= v <= high]
 
 
 def _quantile(values: list[int], q: float) -> int:

@@ -12,6 +12,7 @@ Keys (user attrs of a trial):
     origin                     a warm start's source ("study OLD, trial N")
     retry_of                   the trial this one repeats (cut short for the infrastructure's sake)
     target, worker             where and by whom it ran
+    owner                      the process that ran it: host, boot, pid, start time (autotune.owner)
     params                     the tuned flags as the server ran them (a dependent flag's value, not its fill)
     config, config_key         every server flag after the engine's rules, and its canonical key
     applied_key                the key of what /server_info reported
@@ -33,6 +34,7 @@ from autotune.record.read import (
     figures_text,
     is_baseline,
     is_confirmation,
+    owner_of,
     rate_text,
     reason_of,
     records,
@@ -42,6 +44,6 @@ from autotune.record.read import (
 )
 
 __all__ = [
-    "ROLES", "AnyTrial", "TrialRecord", "config_keys", "figures_text", "is_baseline", "is_confirmation", "rate_text",
-    "reason_of", "records", "retry_of", "study", "target_of", "values_text", "write",
+    "ROLES", "AnyTrial", "TrialRecord", "config_keys", "figures_text", "is_baseline", "is_confirmation", "owner_of",
+    "rate_text", "reason_of", "records", "retry_of", "study", "target_of", "values_text", "write",
 ]

@@ -10,6 +10,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.engines import ArgValue
+from autotune.owner import Owner
 
 #: user attrs that say why a config was queued rather than suggested (a retry keeps them): the baseline, the
 #: engine's starting points, neighbours of the leader, the search's picks over the whole space (``model``) and
@@ -207,6 +208,11 @@ def config_keys(trial: AnyTrial) -> tuple[str | None, str | None]:
 
 def target_of(trial: AnyTrial) -> str | None:
     return trial.user_attrs.get("target")
+
+
+def owner_of(trial: AnyTrial) -> Owner | None:
+    """The process that ran the trial (None for a trial none has started, or one an older autotune started)."""
+    return Owner.of(trial.user_attrs.get("owner"))
 
 
 def _int(value: Any) -> int | None:

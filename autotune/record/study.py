@@ -10,11 +10,28 @@ import optuna
 from autotune.redact import mask
 
 
+#: the study attr that says autotune created the study
+CREATOR = "created_by"
+
+
 def describe(study: optuna.Study, objective: str, study_file: str, study_path: str) -> None:
-    """What a new study records about itself: its objective and the study file it was created from."""
+    """What a new study records about itself: that autotune made it, its objective and the study file it was created
+    from."""
+    study.set_user_attr(CREATOR, "autotune")
     study.set_user_attr("objective", objective)
     study.set_user_attr("study_file", mask(study_file))  # the dashboard shows it
     study.set_user_attr("study_path", study_path)
+
+
+def is_autotunes(study: optuna.Study) -> bool:
+    """Whether autotune created the study (an older autotune recorded only its objective and study file)."""
+    attrs = study.user_attrs
+    return attrs.get(CREATOR) == "autotune" or {"objective", "study_file", "study_path"} <= attrs.keys()
+
+
+def is_blank(study: optuna.Study) -> bool:
+    """A study with no trial and no attribute (as a study is between its creation and autotune's record of it)."""
+    return not study.user_attrs and not study.get_trials(deepcopy=False)
 
 
 def objective(study: optuna.Study) -> str | None:

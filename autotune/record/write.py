@@ -9,8 +9,9 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.engines import ArgValue
+from autotune.owner import Owner
 from autotune.record.read import ROLES
-from autotune.redact import mask_argv, mask_mapping
+from autotune.redact import mask, mask_argv, mask_mapping
 
 #: what a trial that reuses another's measurement copies from it
 _CARRIED = ("metrics", "levels", "capacity", "value_ci", "reason", "detail", "stage", "applied_key", "ready_s",
@@ -20,8 +21,11 @@ DETAIL_LIMIT = 500
 
 
 def started(trial: optuna.Trial, target: str, worker: str) -> None:
+    """Where the trial runs, and the process running it (so that a trial it leaves RUNNING is known for an orphan
+    once that process is gone, and never before)."""
     trial.set_user_attr("target", target)
     trial.set_user_attr("worker", worker)
+    trial.set_user_attr("owner", Owner.this().as_attr())
 
 
 def candidate(trial: optuna.Trial, params: Mapping[str, ArgValue], config: Mapping[str, ArgValue] | None = None,
@@ -59,7 +63,7 @@ def measured(trial: optuna.Trial, metrics: Mapping[str, Any], levels: list[dict[
 def failed(trial: optuna.Trial, reason: str, detail: str, stage: str | None = None) -> None:
     """Why the trial gave no feasible measurement (a failure, a violated constraint, pruning)."""
     trial.set_user_attr("reason", reason)
-    trial.set_user_attr("detail", detail[:DETAIL_LIMIT])
+    trial.set_user_attr("detail", mask(detail)[:DETAIL_LIMIT])
     if stage is not None:
         trial.set_user_attr("stage", stage)
 

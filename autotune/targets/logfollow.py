@@ -11,6 +11,7 @@ import paramiko
 
 from autotune import redact
 from autotune.errors import TrialFailure, UserError
+from autotune.redact import MaskedFile
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +32,7 @@ class LogFollower:
         self._fetch = fetch
         self._masked = sorted((v for v in masked if len(v) >= redact.SHORTEST), key=len, reverse=True)
         self.log_path = log_path
+        self._file = MaskedFile(log_path)  # masked as it is written (autotune.redact)
         self.interval = interval
         self._pending: list[str] = []
         self._pending_size = 0
@@ -53,6 +55,8 @@ class LogFollower:
         self._stopped.set()
         with contextlib.suppress(Exception), self._lock:
             self._keep(self._pull())
+        with contextlib.suppress(OSError), self._lock:
+            self._file.close()
 
     def _pull(self) -> str:
         text = self._fetch()
@@ -60,9 +64,7 @@ class LogFollower:
             text = text.replace(value, redact.MASK)
         text = redact.mask(text)
         if text:
-            self.log_path.parent.mkdir(parents=True, exist_ok=True)
-            with open(self.log_path, "a", encoding="utf-8") as f:
-                f.write(text)
+            self._file.write(text)
         return text
 
     def _keep(self, text: str) -> None:

@@ -228,6 +228,8 @@ def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> 
         kv_cache_dtype=fields["kv_cache_dtype"],
         mamba_ssm_dtype=fields["mamba_ssm_dtype"],
         adaptive=schedule,
+        skip_zero_step_draft_extend=os.environ.get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", "").lower()
+        in ("1", "true", "yes"),
     )
     chunked = config.chunked_prefill_size or model.default_chunked_prefill_size(profile)
     graph_max_bs = model.default_cuda_graph_max_bs(profile, config)

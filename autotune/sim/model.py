@@ -68,6 +68,8 @@ class Config:
     mamba_ssm_dtype: str | None = None
     #: adaptive speculative decoding (``spec`` is then the step it starts on)
     adaptive: Schedule | None = None
+    #: SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND: steps 0 skips the draft extend too (else it still runs)
+    skip_zero_step_draft_extend: bool = False
 
     @property
     def width(self) -> int:
@@ -198,6 +200,8 @@ def draft_ms(profile: Profile, cfg: Config, batch: int) -> float:
         return 0.0
     t = profile.timing
     sp = cfg.spec
+    if sp.steps == 0 and cfg.skip_zero_step_draft_extend:
+        return 0.0
     per_step = t.draft_step_ms + t.draft_token_ms * batch * sp.topk
     return sp.steps * per_step + t.draft_extend_ms + t.draft_extend_token_ms * batch * sp.draft
 

@@ -511,8 +511,10 @@ class Scheduler:
         msg += (f"cuda graph: {self._graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
                 f"#queue-req: {len(self.waiting)}")
         self.log.info(msg)
+        live = self.live_config.spec
         self.metrics.update_gauges(len(self.running), len(self.waiting), self.used_tokens(),
-                                   self.last_gen_throughput, self.last_accept_length, self.last_accept_rate)
+                                   self.last_gen_throughput, self.last_accept_length, self.last_accept_rate,
+                                   live.steps if live else 0, live.draft if live else 0)
 
     # ---------------------------------------------------------------------------------------------- model
 

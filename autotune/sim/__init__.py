@@ -11,9 +11,21 @@ It accepts every flag of SGLang 0.5.23's parser (the table in ``flags_table.py``
 with argparse's behaviour (exit 2 on unknown flags, abbreviations, the ambiguous ``--cuda-graph-max-bs``), applies
 SGLang's argument rules (exit 1 with a traceback), loads with the port closed, warms up, logs SGLang's lines on
 stderr and serves SGLang's endpoints (modules: ``args``, ``startup``, ``server``, ``openai_api``, ``scheduler``,
-``model``, ``metrics``, ``faults``, ``logs``, ``tokens``, ``surface``). Startup failures die the way SGLang's do:
-"Scheduler hit an exception: <traceback>", "Received sigquit from a child process...", the process tree is
-SIGKILLed (exit status -9).
+``model``, ``adaptive``, ``metrics``, ``faults``, ``logs``, ``tokens``, ``surface``). Startup failures die the way
+SGLang's do: "Scheduler hit an exception: <traceback>", "Received sigquit from a child process...", the process tree
+is SIGKILLed (exit status -9).
+
+Adaptive speculative decoding (``--speculative-adaptive [--speculative-adaptive-config FILE]``, module ``adaptive``)
+runs as in SGLang: the schedule file's validation and errors (exit 1 with a traceback), the fallback warnings
+("speculative_adaptive disabled: <reason>. Falling back to static speculative params." for topk > 1, algorithms
+other than EAGLE/EAGLE3, DP attention, multi-layer EAGLE, two-batch overlap, PD multiplexing), steps defaulting to
+the middle of the candidates' union and draft tokens forced to steps + 1, a runtime state with its own CUDA graphs
+for every candidate step (graphs only for the batch sizes that route to it; a schedule whose states do not fit dies
+in capture like a fixed config that does not), buffers and state pools sized for max(candidate_steps) + 1, each
+decode batch padded to the next captured size and routed to its slot, each slot's EMA controller and its log lines,
+every decode iteration costed at the live step's width (steps 0: a plain decode plus the draft extend, unless
+SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND=1), and the live step in /server_info's ``internal_states[0]`` and the
+``sglang:spec_num_steps`` / ``sglang:spec_num_draft_tokens`` gauges.
 
 Emulator options
 ----------------

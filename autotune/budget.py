@@ -8,6 +8,7 @@ dies with its holder: a PostgreSQL advisory lock on its own connection, or an fl
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import zlib
 from pathlib import Path
@@ -18,6 +19,11 @@ import sqlalchemy
 from optuna.trial import TrialState
 
 from autotune import results
+
+log = logging.getLogger("autotune")
+
+#: this many trials in a row without a launch (every proposal measured or rejected already): the space is exhausted
+IDLE_TRIALS = 50
 
 
 class AdmissionLock:
@@ -63,3 +69,25 @@ def standing(study: optuna.Study) -> tuple[int, int]:
     again = results.retried(trials)
     running = sum(1 for t in trials if t.state == TrialState.RUNNING and t.number not in again)
     return len(results.launches(trials)), running
+
+
+def admit(study: optuna.Study, budget: int, heartbeats: bool) -> str:
+    """Whether the study may start another trial (call it under the admission lock): "run"; "wait" while other
+    workers run the last ones (one of them may die and its config come back: only with ``heartbeats``, without which
+    a dead worker's trial cannot be told from a live one); or why to stop: "budget", "exhausted" (the grid is done,
+    or the sampler proposes only configs measured or rejected already)."""
+    done, running = standing(study)
+    if done >= budget:
+        return "budget"
+    trials = study.get_trials(deepcopy=False)
+    waiting = any(t.state == TrialState.WAITING for t in trials)
+    if isinstance(study.sampler, optuna.samplers.GridSampler) and study.sampler.is_exhausted(study) and not waiting:
+        log.info("every config of the grid was tried")
+        return "exhausted"
+    if results.since_launch(trials) >= IDLE_TRIALS:
+        log.info("the last %d trials launched nothing (every config they proposed was measured or rejected "
+                 "already): the space looks exhausted", IDLE_TRIALS)
+        return "exhausted"
+    if done + running < budget:
+        return "run"
+    return "wait" if heartbeats else "budget"

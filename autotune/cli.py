@@ -115,7 +115,7 @@ def run(study_name: str, trials: int | None, timeout: float | None, until: str |
         raise UserError("--all-targets and --target exclude each other")
     for name in spec.targets:  # every worker's input is checked before any starts
         make_plan(spec, name, trials)
-    sys.exit(run_all_targets(spec, options))
+    sys.exit(run_all_targets(spec, options.flags()))
 
 
 @cli.command()
@@ -357,7 +357,8 @@ def sim_surface(profile: str | None, study_name: str | None, concurrency: int, s
     """The emulator's noise-free figures for every valid config of a space: the performance model's for a profile,
     or (--study) what a perfect client would measure with the study's workload."""
     from autotune.sim.profile import ProfileError
-    from autotune.sim.surface import SpaceError, format_study_table, format_table, parse_space, study_surface, surface
+    from autotune.sim.surface import SpaceError, format_table, parse_space, surface
+    from autotune.truth import format_study_table, study_surface
 
     try:
         if study_name is not None:
@@ -371,6 +372,27 @@ def sim_surface(profile: str | None, study_name: str | None, concurrency: int, s
     except (ProfileError, SpaceError) as e:
         raise UserError(str(e)) from None
     click.echo(json.dumps(result) if as_json else format_table(result))
+
+
+@sim.command("profile")
+@click.option("--random", "seed", required=True, type=click.IntRange(min=0), metavar="SEED",
+              help="Draw a random host, model and draft from this seed (the same seed, the same profile).")
+@click.option("--out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None, metavar="FILE",
+              help="Write the profile file here (default: print it).")
+def sim_profile(seed: int, out: Path | None) -> None:
+    """A physically plausible emulator profile drawn from real GPUs and model cards, for --sim-profile FILE and
+    `autotune sim surface --profile FILE`."""
+    from autotune.sim.random_profile import draw
+
+    host = draw(seed)
+    if out is None:
+        click.echo(host.toml(), nl=False)
+        return
+    try:
+        out.write_text(host.toml())
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror}") from None
+    click.echo(f"{out}: {host.name}: {host.describe()}")
 
 
 def main() -> None:

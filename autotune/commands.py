@@ -63,8 +63,9 @@ def bench(plan: Plan) -> dict[str, Any]:
                       levels=plan.spec.levels).run()
         except TrialFailure as e:
             raise UserError(f"measurement failed: {e}") from None
+        levels = m.summaries()
         return {"url": base_url, "server": {n: info.applied.get(n) for n in plan.space.names},
-                "metrics": metrics_of(m, info), "levels": [m.summary(c) for c in m.concurrencies]}
+                "metrics": metrics_of(levels, len(m.repeats), info), "levels": levels}
     finally:
         target.close()
 

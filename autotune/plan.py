@@ -3,13 +3,14 @@ or measures): the engine, the target, the space and its baseline, the prompts, t
 connects anywhere or writes anything; every problem is a ``UserError``."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from autotune.bench.workload import load_prompts
 from autotune.engines import ArgValue, Engine, get_engine
 from autotune.errors import InvalidConfig, UserError
-from autotune.sampling import check_sampler, initial_design
+from autotune.search.sampling import check_sampler, initial_design, startup_launches
+from autotune.search.settings import SearchSettings
 from autotune.space import Candidate, Space
 from autotune.study import StudySpec
 from autotune.targets import TargetSpec
@@ -29,6 +30,13 @@ class Plan:
     #: the configs a new study queues right after the baseline (as many as the budget holds beside it)
     starting_points: list[dict[str, ArgValue]]
     budget: int
+    #: the tuner's own search (a bench may run it with other settings)
+    search: SearchSettings = field(default_factory=SearchSettings)
+
+    @property
+    def startup(self) -> int:
+        """Launches before the model-based samplers and the local search take over."""
+        return startup_launches(self.spec)
 
     @property
     def headers(self) -> dict[str, str]:

@@ -17,16 +17,26 @@ import sys
 import threading
 import time
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Any, TextIO
 
 import optuna
 
 from autotune import results
-from autotune.objective import Phase
 
 CLEAR = "\r\x1b[2K"
 #: seconds between redraws while nothing happens (the clock and the ETA move on)
 TICK = 1.0
+
+
+@dataclass
+class Phase:
+    """What the current trial is doing: "suggest", "deploying", "waiting" (for readiness), "verifying",
+    "measuring" (detail: the level just measured), "done"; or "idle" between trials."""
+
+    trial: int | None = None
+    name: str = "idle"
+    detail: str = ""
 
 
 def is_terminal(stream: Any) -> bool:

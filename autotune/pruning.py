@@ -14,6 +14,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.results import feasible
+from autotune.study import StudySpec
 
 #: completed trials needed before anything is pruned
 STARTUP = 3
@@ -32,3 +33,10 @@ class BoundPruner(optuna.pruners.BasePruner):
         if len(done) < self.n_startup_trials:
             return False
         return trial.intermediate_values[step] < (1 - self.margin) * max(t.values[0] for t in done)
+
+
+def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
+    """Stop a config once even its best case cannot beat the best completed trial (``BoundPruner``)."""
+    if not spec.pruning:
+        return optuna.pruners.NopPruner()
+    return BoundPruner(margin=spec.workload.tolerance)

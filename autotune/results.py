@@ -67,7 +67,7 @@ def score(t: FrozenTrial, study: optuna.Study) -> float:
     """One number to rank feasible trials by; for pareto studies the gain over the baseline on both axes."""
     if len(t.values) == 1:
         return t.values[0]
-    ref = record.reference(study) or {}
+    ref = record.study.reference(study) or {}
     s0, c0 = ref.get("single_tok_s") or 1.0, ref.get("concurrent_tok_s") or 1.0
     return math.sqrt(max(t.values[0], 0.0) / s0 * max(t.values[1], 0.0) / c0)
 

@@ -10,12 +10,10 @@ Constraints follow Optuna's convention: a value > 0 is violated. Every trial car
 """
 from __future__ import annotations
 
-from collections.abc import Mapping
-
 import math
+from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.bench.measure import Measurement
 from autotune.engines import ServerInfo
 from autotune.study import ConstraintSpec
 
@@ -34,12 +32,12 @@ METRIC_NAMES = {
 }
 
 
-def metrics_of(m: Measurement, info: ServerInfo | None) -> dict[str, Any]:
-    """The flat figures every trial records (DESIGN.md: single_tok_s, concurrent_tok_s, max_running_requests...)."""
-    top = max(m.concurrencies)
-    levels = [m.summary(c) for c in m.concurrencies]
+def metrics_of(levels: Sequence[Mapping[str, Any]], repeats: int, info: ServerInfo | None) -> dict[str, Any]:
+    """The flat figures every trial records (single_tok_s, concurrent_tok_s, max_running_requests, ...), from the
+    per-level summaries of a measurement (``Measurement.summaries``), lowest concurrency first."""
+    top = levels[-1]["concurrency"]
     busy = levels[-1]
-    single = levels[0] if m.concurrencies[0] == 1 else {}
+    single = levels[0] if levels[0]["concurrency"] == 1 else {}
     return {
         "single_tok_s": single.get("output_tok_s"),
         "single_decode_tok_s": single.get("decode_tok_s"),
@@ -52,7 +50,7 @@ def metrics_of(m: Measurement, info: ServerInfo | None) -> dict[str, Any]:
         "errors": sum(lv["errors"] for lv in levels),
         "max_running_requests": info.max_running_requests if info else None,
         "max_total_num_tokens": info.max_total_num_tokens if info else None,
-        "repeats": len(m.repeats),
+        "repeats": repeats,
         "level_output_tok_s": {str(lv["concurrency"]): lv["output_tok_s"] for lv in levels},
     }
 
@@ -86,20 +84,22 @@ def objective_values(mode: str, metrics: dict[str, Any], reference: dict[str, An
     return [math.sqrt(max(s, 0.0) / s0 * max(c, 0.0) / c0)]
 
 
-def relative_precision(mode: str, m: Measurement, mix: Mapping[int, float] | None = None) -> float | None:
-    """Relative half-width of the objective's 95% interval from everything measured so far (None: unknown).
+def relative_precision(mode: str, levels: Sequence[Mapping[str, Any]], mix: Mapping[int, float] | None = None
+                       ) -> float | None:
+    """Relative half-width of the objective's 95% interval from the per-level summaries so far (None: unknown).
 
     Single-stream speed and concurrent throughput are independent measurements; their relative errors combine as
     for a product: sqrt(a^2 + b^2), halved under the geometric mean of the weighted and pareto modes. A mix is a
     weighted sum of independent levels: sqrt(sum((share * error)^2)).
     """
+    ci = {lv["concurrency"]: lv.get("output_tok_s_rel_ci") for lv in levels}
     if mode == "mix":
-        errors = [(share, m.summary(c)["output_tok_s_rel_ci"]) for c, share in (mix or {}).items()]
+        errors = [(share, ci.get(c)) for c, share in (mix or {}).items()]
         if any(e is None for _, e in errors):
             return None
         return math.sqrt(sum((share * e) ** 2 for share, e in errors))  # type: ignore[operator]
-    s = m.summary(1)["output_tok_s_rel_ci"]
-    c = m.summary(max(m.concurrencies))["output_tok_s_rel_ci"]
+    s = ci.get(1)
+    c = ci[max(ci)]
     if mode == "single":
         return s
     if mode == "concurrent":
@@ -109,12 +109,13 @@ def relative_precision(mode: str, m: Measurement, mix: Mapping[int, float] | Non
     return 0.5 * math.sqrt(s * s + c * c)
 
 
-def objective_bound(mode: str, levels: tuple[int, ...], concurrency: int, m: Measurement,
+def objective_bound(mode: str, levels: tuple[int, ...], concurrency: int, measured: Mapping[int, float | None],
                     reference: dict[str, Any] | None, max_running: int | None,
                     mix: Mapping[int, float] | None = None) -> float | None:
-    """The most the final objective can still be, given the levels measured so far (up to ``concurrency``): what the
-    pruner judges, so that a config is never dropped on a part of the objective while the rest could still make it
-    competitive. ``levels``: every level the trial will measure. None when nothing bounds it (pareto).
+    """The most the final objective can still be, given the levels measured so far (``measured``: output tok/s by
+    concurrency, up to ``concurrency``): what the pruner judges, so that a config is never dropped on a part of the
+    objective while the rest could still make it competitive. ``levels``: every level the trial will measure. None
+    when nothing bounds it (pareto).
 
     The levels still to come are bounded by what a stream can do: a request shares the server with the others, so
     it runs no faster than one alone (the single stream) or than at any lower concurrency measured, and at most
@@ -125,8 +126,8 @@ def objective_bound(mode: str, levels: tuple[int, ...], concurrency: int, m: Mea
         return None
     top = max(levels)
     if mode == "single":
-        return m.summary(1)["output_tok_s"] if concurrency == 1 else None
-    figures = {c: m.summary(c)["output_tok_s"] or 0.0 for c in m.concurrencies if c <= concurrency}
+        return measured.get(1) if concurrency == 1 else None
+    figures = {c: v or 0.0 for c, v in measured.items() if c <= concurrency}
     running = max_running or top
     per_request = figures[concurrency] / min(concurrency, running)
 

@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 
 import optuna
 import sqlalchemy.exc
+from optuna.trial import FrozenTrial
 
 from autotune.errors import UserError
 from autotune.redact import redact_url as redact
@@ -17,19 +19,18 @@ SQLITE_TIMEOUT = 30
 SCHEMA_ATTEMPTS = 10
 
 
-def open_storage(url: str, create: bool = True, heartbeat: float | None = None) -> optuna.storages.RDBStorage:
+def open_storage(url: str, create: bool = True, heartbeat: float | None = None,
+                 on_stale: Callable[[optuna.Study, FrozenTrial], None] | None = None) -> optuna.storages.RDBStorage:
     """Open (and with ``create`` make) the storage at ``url``; errors become one line.
 
     ``heartbeat`` (seconds) makes running trials beat, so that a trial whose worker died is failed (after three
-    missed beats) and its config queued again by another worker. SQLite has one worker and no heartbeat: the next
-    start sweeps what a dead tuner left.
+    missed beats) and handed to ``on_stale`` (the tuner queues its config again). SQLite has one worker and no
+    heartbeat: the next start sweeps what a dead tuner left.
     """
     kwargs: dict = {}
     if heartbeat is not None and not url.startswith("sqlite:"):
-        from autotune.retry import stale_trial_callback
-
         kwargs.update(heartbeat_interval=max(1, round(heartbeat)), grace_period=max(3, round(3 * heartbeat)),
-                      heartbeat_stale_trial_callback=stale_trial_callback)
+                      heartbeat_stale_trial_callback=on_stale)
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
         if not create and not path.exists():

@@ -4,7 +4,7 @@ cleanly on a signal, and leave the target healthy.
 The budget counts launches (servers started) across restarts: a trial that reuses a measurement of the same config,
 or whose config the engine rejects, costs none; a trial whose config was queued again (interrupted, stale,
 infrastructure failure) does not count, its retry does. Between the sampler's proposals the tuner queues its own
-(search.py: neighbours of the leader, confirmations of the leader and its close rivals).
+(queue.py; search/: neighbours of the leader, confirmations of the leader and its close rivals).
 """
 from __future__ import annotations
 
@@ -19,22 +19,22 @@ from types import FrameType
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import record, results, search
+from autotune import queue, record, results
 from autotune.artifacts import open_store
-from autotune.budget import AdmissionLock, standing
+from autotune.budget import AdmissionLock, admit
 from autotune.bringup import deploy_trial, restore_original
 from autotune.errors import TrialFailure, UserError
 from autotune.logs import setup as setup_logging
-from autotune.objective import Objective, Phase
 from autotune.plan import Plan
-from autotune.progress import Progress
+from autotune.progress import Phase, Progress
+from autotune.pruning import make_pruner
 from autotune.record import TrialRecord
-from autotune.retry import fail_stale, should_retry
-from autotune.sampling import DEFAULT_STARTUP_TRIALS, make_pruner, make_sampler
 from autotune.score import METRIC_NAMES
+from autotune.search import Proposal, make_sampler
 from autotune.storage import open_storage, redact
 from autotune.targets import Target, make_target
-from autotune.warmstart import WarmConfig, warm_configs
+from autotune.trial import Objective, ServerLaunch
+from autotune.warmstart import warm_configs
 
 log = logging.getLogger("autotune")
 
@@ -42,8 +42,6 @@ log = logging.getLogger("autotune")
 BACKOFF_START, BACKOFF_CAP = 5.0, 300.0
 #: seconds between looks at a study whose last trials other workers are running
 WAIT_FOR_OTHERS = 2.0
-#: this many trials in a row without a launch (every proposal measured or rejected already): the space is exhausted
-IDLE_TRIALS = 50
 
 
 @dataclass
@@ -55,6 +53,15 @@ class RunOptions:
     target: str | None = None        # which [targets.NAME] to run on
     restore: bool = True             # leave the target running the best (or original) config
     warm_start: str | None = None    # a study whose best configs a new study measures first
+
+    def flags(self) -> list[str]:
+        """The `autotune run` flags that ask for these options again (for another worker of the study)."""
+        out: list[str] = []
+        for flag, value in (("--trials", self.trials), ("--timeout", self.timeout), ("--until", self.until),
+                            ("--storage", self.storage)):
+            if value is not None:
+                out += [flag, str(value)]
+        return out if self.restore else [*out, "--no-restore"]
 
 
 @dataclass
@@ -96,7 +103,7 @@ class Tuner:
         self.storage_url = options.storage or plan.spec.storage
         self._stop_reason: str | None = None
         self._progress = Progress(enabled=False)
-        self._warm: list[WarmConfig] = []
+        self._warm: list[Proposal] = []
 
     # -- the run ---------------------------------------------------------------------------------------------
 
@@ -104,13 +111,13 @@ class Tuner:
         target = make_target(self.plan.target, cwd=self.spec.directory)
         target.preflight(self.spec.engine.command)
         if self.options.warm_start:  # read before anything is written: an unknown study stops the run here
-            startup = DEFAULT_STARTUP_TRIALS if self.spec.startup_trials is None else self.spec.startup_trials
-            self._warm = warm_configs(self.options.warm_start, self.plan, min(startup, self.budget - 1))
+            self._warm = warm_configs(self.options.warm_start, self.plan, min(self.plan.startup, self.budget - 1))
         optuna.logging.set_verbosity(optuna.logging.ERROR)
         try:
             with target.lock(self.spec.name):
                 # the storage before the log file: a URL that cannot be opened stops the run having written nothing
-                self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat)
+                self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat,
+                                            on_stale=queue.stale_trial_callback)
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)
                 study = self._open_study()
@@ -139,7 +146,7 @@ class Tuner:
         trials = study.get_trials(deepcopy=False)
         study.sampler = make_sampler(spec, self.plan.space, len(trials))
         if created:
-            record.describe_study(study, spec.objective, spec.text, str(spec.path))
+            record.study.describe(study, spec.objective, spec.text, str(spec.path))
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                 study.set_metric_names(METRIC_NAMES[spec.objective])
@@ -147,58 +154,36 @@ class Tuner:
                  f"{len(results.launches(trials))}/{self.budget} launches done", redact(self.storage_url),
                  self.plan.target.name, self.plan.target.kind)
         with AdmissionLock(storage, self.storage_url, spec.name):  # other workers may be starting too
-            if not record.has_baseline(study):
+            if not queue.has_baseline(study):
                 self._queue_start(study)
             elif self.options.warm_start:
                 log.info("--warm-start %s ignored: study %s has begun already (a warm start seeds a new study)",
                          self.options.warm_start, spec.name)
-            self._sweep(study)
+            queue.sweep(study, self.plan.target.name)
         return study
 
     def _queue_start(self, study: optuna.Study) -> None:
-        """A new study's first configs: the baseline, queued now; then an earlier study's best (--warm-start) or the
-        engine's starting points, recorded as the study's opening and queued one at a time (``_queue_own``)."""
-        space = self.plan.space
-        record.enqueue(study, space.internal(space.baseline_params()), "baseline")
-        if self.options.warm_start:
-            warm = self._warm
-            log.info("warm start from %s: %d configs measured first (%s)", self.options.warm_start, len(warm),
-                     "; ".join(w.origin for w in warm) or "none of its configs fits this study's space")
-            opening = [record.Queued(space.internal(w.params), "warm_start", w.origin) for w in warm]
-        else:
-            opening = [record.Queued(space.internal(p), "starting_point") for p in self.plan.starting_points]
-        record.set_opening(study, opening)
-
-    def _sweep(self, study: optuna.Study) -> None:
-        """Trials left RUNNING on this target by a tuner that died: fail them and queue each config once more.
-
-        This target's lock is ours, so its RUNNING trials are stale. The sweep runs under the study's admission
-        lock, which a worker holds from creating a trial until the trial names its target: a RUNNING trial that
-        names none was left by a worker that died in between. Other targets' trials are their workers' business
-        (or the heartbeat's)."""
-        trials = study.get_trials(deepcopy=False)
-        again = results.retried(trials)
-        name = self.plan.target.name
-        for t in trials:
-            if t.state != TrialState.RUNNING or (record.target_of(t) or name) != name:
-                continue
-            if t.number not in again and should_retry(t, record.reason_of(t)):
-                record.requeue(study, t)
-                log.info("trial %d was left running by a stopped tuner: failed, its config is queued again", t.number)
-            else:
-                log.info("trial %d was left running by a stopped tuner: failed", t.number)
-            study.tell(t.number, state=TrialState.FAIL)
+        """A new study's first configs: the baseline, then an earlier study's best (--warm-start) or the engine's
+        starting points, queued one at a time (queue.start)."""
+        if not self.options.warm_start:
+            queue.start(study, self.plan)
+            return
+        warm = self._warm
+        log.info("warm start from %s: %d configs measured first (%s)", self.options.warm_start, len(warm),
+                 "; ".join(w.origin or "" for w in warm) or "none of its configs fits this study's space")
+        queue.start(study, self.plan, warm)
 
     def _run(self, study: optuna.Study, target: Target) -> RunSummary:
-        objective = Objective(self.plan, target, should_stop=self._should_stop, on_phase=self._progress.on_phase,
-                              artifacts=open_store(self.spec.directory, self.spec.name))
+        launch = ServerLaunch(self.plan, target, self._should_stop, open_store(self.spec.directory, self.spec.name))
+        objective = Objective(self.plan, launch, should_stop=self._should_stop, on_phase=self._progress.on_phase)
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
         objective.on_start = admission.release
         try:
             stopped_by = self._trials(study, objective, admission)
         except KeyboardInterrupt:
-            self._requeue_forced(study, objective.phase.trial)
+            if objective.phase.trial is not None:
+                queue.requeue_forced(study, objective.phase.trial)
             log.info("forced stop: the server is left as it is")
             raise
         finally:
@@ -215,26 +200,29 @@ class Tuner:
     def _trials(self, study: optuna.Study, objective: Objective, admission: AdmissionLock) -> str:
         """Run trials one after another until the budget, the deadline or a signal; returns which ended it."""
         backoff = 0.0
+        finished: list[FrozenTrial] = []  # the trial study.optimize ran, as Optuna hands it to its callbacks
         while True:
+            finished.clear()
             if self._stop_reason:
                 return "signal"
             if self.deadline is not None and time.time() >= self.deadline:
                 return "deadline"
             with admission:
-                admit = self._admit(study)
-                if admit != "run":
-                    if admit != "wait":
-                        return "signal" if self._stop_reason else admit
+                verdict = admit(study, self.budget, self.storage.get_heartbeat_interval() is not None)
+                if verdict != "run":
+                    if verdict != "wait":
+                        return "signal" if self._stop_reason else verdict
                     admission.release()
                     self._sleep(WAIT_FOR_OTHERS)
-                    fail_stale(study)
+                    queue.fail_stale(study)
                     continue
-                self._queue_own(study)
+                queue.queue_next(study, self.plan, self.budget)
                 objective.phase = Phase()
-                study.optimize(objective, n_trials=1, gc_after_trial=False)
-            if objective.phase.trial is None:
+                study.optimize(objective, n_trials=1, gc_after_trial=False,
+                               callbacks=[lambda _, trial: finished.append(trial)])
+            if not finished:
                 continue
-            trial = study.get_trials(deepcopy=False)[objective.phase.trial]
+            trial = finished[0]
             self._report(study, trial)
             failed = trial.state == TrialState.FAIL and not self._stop_reason
             if failed and TrialRecord.of(trial).reason == "baseline_pending":
@@ -242,43 +230,6 @@ class Tuner:
                 continue
             backoff = min(BACKOFF_CAP, backoff * 2 or BACKOFF_START) if failed else 0.0
             self._sleep(backoff)
-
-    def _admit(self, study: optuna.Study) -> str:
-        """Under the admission lock: "run" a trial, "wait" while other workers run the last ones (one of them may
-        die and its config come back), or why to stop: "budget", "exhausted" (the sampler proposes nothing new)."""
-        done, running = standing(study)
-        if done >= self.budget:
-            return "budget"
-        waiting = any(t.state == TrialState.WAITING for t in study.get_trials(deepcopy=False))
-        if isinstance(study.sampler, optuna.samplers.GridSampler) and study.sampler.is_exhausted(study) \
-                and not waiting:
-            log.info("every config of the grid was tried")
-            return "exhausted"
-        if results.since_launch(study.get_trials(deepcopy=False)) >= IDLE_TRIALS:
-            log.info("the last %d trials launched nothing (every config they proposed was measured or rejected "
-                     "already): the space looks exhausted", IDLE_TRIALS)
-            return "exhausted"
-        if done + running < self.budget:
-            return "run"
-        # without heartbeats a dead worker's trial cannot be told from a live one
-        return "budget" if self.storage.get_heartbeat_interval() is None else "wait"
-
-    def _queue_own(self, study: optuna.Study) -> None:
-        """Queue the tuner's own next config (the study's next opening config, a neighbour of the leader, a
-        confirmation), if it has one."""
-        startup = DEFAULT_STARTUP_TRIALS if self.spec.startup_trials is None else self.spec.startup_trials
-        queued = search.propose(study, self.plan, self.budget, startup, self.spec.seed)
-        if queued is not None:
-            record.enqueue(study, queued.params, queued.role, queued.origin)
-
-    def _requeue_forced(self, study: optuna.Study, number: int | None) -> None:
-        """A second signal cut a trial short: Optuna failed it; queue its config again like an interrupted one."""
-        if number is None:
-            return
-        trials = study.get_trials(deepcopy=False)
-        t = trials[number]
-        if t.state == TrialState.FAIL and number not in results.retried(trials) and record.reason_of(t) is None:
-            record.requeue(study, t)
 
     def _report(self, study: optuna.Study, t: FrozenTrial) -> None:
         """The one line per trial a user reads: number, launch count, params, result or failure reason, best so far

@@ -3,27 +3,19 @@ earlier study found best, measured afresh. Only configs cross over, never their 
 another landscape, and the new study's figures alone decide."""
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from autotune import results
-from autotune.engines import ArgValue
 from autotune.errors import UserError
 from autotune.plan import Plan
 from autotune.record import TrialRecord
+from autotune.search import Proposal
 from autotune.storage import load_existing_study
 from autotune.study import load_study
 
 
-@dataclass(frozen=True)
-class WarmConfig:
-    params: dict[str, ArgValue]     # the tuned flags, as the new study's space takes them
-    origin: str                     # "study OLD, trial N"
-
-
-def warm_configs(old: str, plan: Plan, limit: int) -> list[WarmConfig]:
+def warm_configs(old: str, plan: Plan, limit: int) -> list[Proposal]:
     """The best configs of study ``old`` (a name under ./studies or a study file) that the new study's space holds:
     confirmed ones (measured by more than one launch) first, then by their pooled estimate; at most ``limit``, none
-    equal to the new study's baseline."""
+    equal to the new study's baseline; each a "warm_start" proposal whose origin names its trial."""
     spec = load_study(old)
     if spec.path.resolve() == plan.spec.path.resolve():
         raise UserError(f"--warm-start {old}: that is this study; warm start from an earlier one")
@@ -32,13 +24,13 @@ def warm_configs(old: str, plan: Plan, limit: int) -> list[WarmConfig]:
     ranked = sorted(results.estimates(study).values(), key=lambda e: (e.launches > 1, e.value), reverse=True)
     space = plan.space
     seen = {plan.baseline.key}
-    out: list[WarmConfig] = []
+    out: list[Proposal] = []
     for estimate in ranked:
         rec = TrialRecord.of(trials[estimate.trials[0]])
         params = {name: rec.params[name] for name in space.names if name in rec.params}
         # the new study may tune other flags, or narrower ranges
         if set(params) == set(space.names) and space.is_new(params, seen):
-            out.append(WarmConfig(params, f"study {spec.name}, trial {rec.number}"))
+            out.append(Proposal(space.internal(params), "warm_start", f"study {spec.name}, trial {rec.number}"))
         if len(out) >= limit:
             break
     return out

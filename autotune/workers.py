@@ -13,24 +13,16 @@ import threading
 from types import FrameType
 
 from autotune.study import StudySpec
-from autotune.tuner import RunOptions
 
 
-def worker_argv(spec: StudySpec, options: RunOptions, target: str) -> list[str]:
-    argv = [sys.executable, "-m", "autotune", "run", "--study", str(spec.path), "--target", target]
-    for flag, value in (("--trials", options.trials), ("--timeout", options.timeout), ("--until", options.until),
-                        ("--storage", options.storage)):
-        if value is not None:
-            argv += [flag, str(value)]
-    if not options.restore:
-        argv.append("--no-restore")
-    return argv
+def run_all_targets(spec: StudySpec, flags: list[str]) -> int:
+    """Run one worker per target, each `autotune run --study ... --target NAME` with ``flags`` (the run's other
+    options, ``RunOptions.flags()``), until all end; the highest exit status of any worker."""
+    def argv(target: str) -> list[str]:
+        return [sys.executable, "-m", "autotune", "run", "--study", str(spec.path), "--target", target, *flags]
 
-
-def run_all_targets(spec: StudySpec, options: RunOptions) -> int:
-    """Run one worker per target until all end; the highest exit status of any worker."""
-    procs = {name: subprocess.Popen(worker_argv(spec, options, name), stdout=subprocess.PIPE,
-                                    stderr=subprocess.STDOUT, text=True, bufsize=1)
+    procs = {name: subprocess.Popen(argv(name), stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                    bufsize=1)
              for name in spec.targets}
     width = max(len(n) for n in procs)
     lock = threading.Lock()

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Can the measurement be trusted, at any token rate and through the SSH tunnel? (issue 15)
+"""Can the measurement be trusted, at any token rate and through the SSH tunnel?
 
 For a few configs and emulator speedups 1..32, the tuner's own measurement (autotune.bench.Bench, what every trial
 and `autotune bench` run) of the single stream and of concurrency 32 in steady state, taken twice on the same
@@ -33,7 +33,7 @@ from autotune.engines import get_engine  # noqa: E402
 from autotune.errors import TrialFailure  # noqa: E402
 from autotune.health import wait_ready  # noqa: E402
 from autotune.plan import make_plan  # noqa: E402
-from autotune.sim.surface import study_surface  # noqa: E402
+from autotune.truth import study_surface  # noqa: E402
 from autotune.study import WorkloadSpec, load_study  # noqa: E402
 from autotune.targets.process import ProcessSpec, ProcessTarget  # noqa: E402
 from tests.conftest import free_port  # noqa: E402

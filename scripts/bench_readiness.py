@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # ruff: noqa: E402 - the autotune and tests imports must follow the sys.path insert that makes them importable
-"""How fast the tuner notices things (issue 3's goals), measured against the real emulator on this machine.
+"""How fast the tuner notices things, measured against the real emulator on this machine.
 
 1. server ready -> tuner notices: an independent 10 ms poller finds the moment /ready first answers 200;
    the tuner's wait (default 0.5 s interval) returns some time later.           goal: median <= 1 s

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""How many server launches until autotune's pick is within 2% of the best config? (issues 10 and 16)
+"""How many server launches until autotune's pick is within 2% of the best config?
 
 For each emulator profile, objective mode, sampler setup and seed, a real study runs through `autotune run` (real
 emulator processes at --sim-speedup, noise on, seeded by the study's seed) with a budget of ``--cap`` launches, and is
@@ -20,16 +20,17 @@ the geometric mean of both relative to the baseline's true figures; pareto on th
 Measurement: 128 output tokens, a single stream of 32 requests (--requests), concurrency 32 with a window of 4
 generations (128 requests finishing inside it; --generations), as autotune's default; tolerance 0.05; each profile at
 the emulator speedup where concurrency 32 runs at about 7-8k tok/s, where scripts/bench_measurement.py shows this
-client measuring within about 1% over longer windows (issue 15) and where it keeps up on a slow 2-core machine. A
+client measuring within about 1% over longer windows and where it keeps up on a slow 2-core machine. A
 last table checks how far that holds here, against the truth: every launch's single-stream and concurrent figures
 against the truth for its config, how often each figure's 95% interval held the truth, and the attempts retried
 because the client fell behind.
 
---surrogate runs the same study files in-process instead: the same Space, sampler, search (neighbours,
-confirmations) and pooled pick, with the truth plus Gaussian noise standing in for launches (each launch's
-single-stream figure off by sd 1% (0.5% with --requests 128), its concurrent figure by sd 1.7% (2.5% with
---generations 1), as the real runs' launches against the truth show; each config by a fixed bias of sd 0.5%). It
-screens setups over many seeds in seconds; it is not the evidence.
+--surrogate runs the same study files in-process instead, through the product's own trial: the same queue, search,
+admission, decisions, pruning, scoring and pooled pick (autotune.trial.Objective), with autotune.trial.surrogate's
+launch standing in for a server: the truth plus Gaussian noise (each launch's single-stream figure off by sd 1%
+(0.5% with --requests 128), its concurrent figure by sd 1.7% (2.5% with --generations 1), as the real runs'
+launches against the truth show; each config by a fixed bias of sd 0.5%). It screens setups over many seeds in
+seconds; it is not the evidence.
 
 Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,...] [--modes weighted,concurrent]
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
@@ -55,7 +56,7 @@ import time
 import warnings
 import zlib
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -63,16 +64,20 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 import optuna  # noqa: E402
-from optuna.trial import FrozenTrial, TrialState  # noqa: E402
+from optuna.trial import FrozenTrial  # noqa: E402
 
-from autotune import local_model, record, results, search  # noqa: E402
-from autotune.errors import InvalidConfig  # noqa: E402
+from autotune import queue, results  # noqa: E402
+from autotune.budget import admit  # noqa: E402
 from autotune.plan import make_plan  # noqa: E402
 from autotune.record import TrialRecord  # noqa: E402
-from autotune.sampling import DEFAULT_STARTUP_TRIALS, make_sampler  # noqa: E402
-from autotune.sim.surface import DRAFT, STEPS, TOPK, study_surface  # noqa: E402
+from autotune.pruning import make_pruner  # noqa: E402
+from autotune.search import SearchSettings, make_sampler  # noqa: E402
+from autotune.sim.surface import DRAFT, STEPS, TOPK  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
 from autotune.study import load_study  # noqa: E402
+from autotune.trial import Objective  # noqa: E402
+from autotune.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
+from autotune.truth import by_key, study_surface  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.studies import SPEC_SPACE  # noqa: E402
 
@@ -106,22 +111,21 @@ SETUPS: dict[str, dict[str, Any]] = {
     "gp": {"sampler": "gp"},
     "random": {"sampler": "random"},
     "random-fixed": {"sampler": "random", "ranges": "fixed"},
-    # the tuner's own proposals (search.py) and the startup changed: the alternatives the default was chosen over
-    "no-local": {"_patch": {"search.NEIGHBOUR_EVERY": 0}},
-    "local-half": {"_patch": {"search.NEIGHBOUR_EVERY": 2}},
-    "no-confirm": {"_patch": {"search.CONFIRM_AT_MOST": 0}},
-    "no-rivals": {"_patch": {"search.RIVALS_NEIGHBOURS": False}},
-    # which neighbour first (local_model.py): at random; by the model's mean alone, or with more optimism; one long
+    # the tuner's own proposals (autotune.search's SearchSettings) and the startup changed: the alternatives the
+    # default was chosen over
+    "no-local": {"_search": {"neighbour_every": 0}},
+    "local-half": {"_search": {"neighbour_every": 2}},
+    "no-confirm": {"_search": {"confirm_at_most": 0}},
+    "no-rivals": {"_search": {"rivals_neighbours": False}},
+    # which neighbour first (the local model): at random; by the model's mean alone, or with more optimism; one long
     # length scale instead of the likeliest
-    "random-neighbour": {"_patch": {"local_model.MIN_POINTS": 10 ** 9}},
-    "kappa0": {"_patch": {"local_model.KAPPA": 0.0}},
-    "kappa2": {"_patch": {"local_model.KAPPA": 2.0}},
-    "long-scale": {"_patch": {"local_model.LENGTHSCALES": (0.6,)}},
+    "random-neighbour": {"_search": {"min_points": 10 ** 9}},
+    "kappa0": {"_search": {"kappa": 0.0}},
+    "kappa2": {"_search": {"kappa": 2.0}},
+    "long-scale": {"_search": {"lengthscales": (0.6,)}},
     "s4": {"startup_trials": 4},
     "s8": {"startup_trials": 8},
 }
-#: the modules a surrogate setup's "_patch" may change ("search.NEIGHBOUR_EVERY": that constant of search.py)
-MODULES = {"search": search, "local_model": local_model}
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"
 POLL = 1.0
@@ -142,6 +146,7 @@ class Truth:
     single: dict[tuple[int, int, int], float]
     concurrent: dict[tuple[int, int, int], float]
     fits: dict[tuple[int, int, int], bool]
+    surface: dict[str, Any]                 # `autotune sim surface --study --json` itself
     base: tuple[int, int, int] = (1, 1, 2)
 
     def value(self, mode: str, key: tuple[int, int, int]) -> float:
@@ -182,14 +187,16 @@ def truth_of(profile: str, out: Path) -> Truth:
         path.write_text(re.sub(r"(?m)^command = .*$", 'command = ["autotune-sim"]', path.read_text()))
         plan = make_plan(load_study(str(path)))
         cache.write_text(json.dumps(study_surface(plan)))
-    rows = json.loads(cache.read_text())["configs"]
+    surface = json.loads(cache.read_text())
+    rows = surface["configs"]
     key = lambda r: (r["params"][STEPS], r["params"][TOPK], r["params"][DRAFT])  # noqa: E731
     return Truth(single={key(r): r["single_tok_s"] for r in rows},
-                 concurrent={key(r): r["concurrent_tok_s"] for r in rows}, fits={key(r): r["fits"] for r in rows})
+                 concurrent={key(r): r["concurrent_tok_s"] for r in rows}, fits={key(r): r["fits"] for r in rows},
+                 surface=surface)
 
 
 def config_of(t: FrozenTrial) -> tuple[int, int, int] | None:
-    return key_of(t.user_attrs.get("config") or {})
+    return key_of(TrialRecord.of(t).config or {})
 
 
 def key_of(c: dict[str, Any]) -> tuple[int, int, int] | None:
@@ -355,78 +362,26 @@ def run_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: i
 
 def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int, truth: Truth,
                     requests: int = REQUESTS, generations: int = GENERATIONS) -> dict[str, Any]:
-    """The same study file, plan, sampler and search (the tuner's own proposals, the pooled pick) in-process; the
-    truth plus noise stands in for each launch: every measurement off by a normal error (sd SINGLE_NOISE at
-    ``requests``, CONCURRENT_NOISE at ``generations``) and each config by a fixed bias of its own (sd
-    SURROGATE_BIAS)."""
+    """The same study file run in-process through the product's own trial (its queue, admission, search,
+    decisions, pruning and scoring), with the truth plus noise (autotune.trial.surrogate) standing in for each
+    launch: every measurement off by a normal error (sd SINGLE_NOISE at ``requests``, CONCURRENT_NOISE at
+    ``generations``) and each config by a fixed bias of its own (sd SURROGATE_BIAS)."""
     path = write_study(work, profile, mode, setup, seed, cap, requests, generations)
-    noise = SINGLE_NOISE[requests], CONCURRENT_NOISE[generations]
     spec = load_study(str(path))
-    plan = make_plan(spec)
-    space = plan.space
+    plan = replace(make_plan(spec), search=SearchSettings(**SETUPS[setup].get("_search", {})))
+    noise = Noise(single=SINGLE_NOISE[requests], concurrent=CONCURRENT_NOISE[generations], bias=SURROGATE_BIAS)
     # the same noise for every setup (common random numbers): setups differ by what they do, not by their luck
-    rng = random.Random(seed * 1_000_003 + zlib.crc32(f"{profile} {mode}".encode()))
-    bias: dict[tuple[int, int, int], tuple[float, float]] = {}
-    study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, space, 0))
-    record.enqueue(study, space.internal(space.baseline_params()), "baseline")
-    record.set_opening(study, [record.Queued(space.internal(p), "starting_point") for p in plan.starting_points])
-    reference: list[float] = []
-
-    def objective(trial: optuna.Trial) -> float | list[float]:
-        baseline = record.is_baseline(trial)
-        params = space.suggest(trial, only=space.baseline_params() if baseline else None)
-        try:
-            candidate = space.baseline() if baseline else space.candidate(params)
-        except InvalidConfig:
-            record.candidate(trial, params)
-            trial.set_constraint("failed", 1.0)
-            raise optuna.TrialPruned() from None
-        record.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
-        if not record.is_confirmation(trial):
-            for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED)):
-                if candidate.key in record.config_keys(t):
-                    record.reused(trial, t)
-                    trial.set_constraint("failed", t.constraints.get("failed", 1.0))
-                    if t.state == TrialState.PRUNED:
-                        raise optuna.TrialPruned()
-                    return t.values if len(t.values) > 1 else t.values[0]
-        record.launched(trial, ["emulator"], "")
-        key = key_of(candidate.args) or (0, 0, 0)
-        if not truth.fits.get(key, False):
-            trial.set_constraint("failed", 1.0)
-            raise optuna.TrialPruned()
-        bs, bc = bias.setdefault(key, (rng.gauss(0, SURROGATE_BIAS), rng.gauss(0, SURROGATE_BIAS)))
-        s = truth.single[key] * (1 + bs + rng.gauss(0, noise[0]))
-        c = truth.concurrent[key] * (1 + bc + rng.gauss(0, noise[1]))
-        reference[:] = reference or [s, c]
-        trial.set_constraint("failed", 0.0)
-        if mode == "pareto":
-            return [s, c]
-        value = {"single": s, "concurrent": c}.get(mode, math.sqrt(s / reference[0] * c / reference[1]))
-        sd = {"single": noise[0], "concurrent": noise[1]}.get(mode, math.hypot(*noise) / 2)
-        record.measured(trial, {"single_tok_s": s, "concurrent_tok_s": c}, [],
-                        [value * (1 - 2 * sd), value * (1 + 2 * sd)])
-        return value
-
+    launch = SurrogateLaunch(plan, by_key(plan, truth.surface), noise,
+                             seed * 1_000_003 + zlib.crc32(f"{profile} {mode}".encode()))
+    study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, plan.space, 0),
+                                pruner=make_pruner(spec))
+    queue.start(study, plan)
+    objective = Objective(plan, launch)
     start = time.monotonic()
-    startup = DEFAULT_STARTUP_TRIALS if spec.startup_trials is None else spec.startup_trials
-    state: dict[str, Any] = {}
-    patch = {(MODULES[k.split(".")[0]], k.split(".")[1]): v for k, v in SETUPS[setup].get("_patch", {}).items()}
-    saved = {k: getattr(*k) for k in patch}
-    try:
-        for (module, name), v in patch.items():
-            setattr(module, name, v)
-        for _ in range(cap * 10):
-            queued = search.propose(study, plan, cap, startup, seed)
-            if queued is not None:
-                record.enqueue(study, queued.params, queued.role, queued.origin)
-            study.optimize(objective, n_trials=1)
-            state = progress(mode, truth, study)
-            if state["launches"] >= cap or state["since_launch"] >= STUCK_TRIALS:
-                break
-    finally:
-        for (module, name), v in saved.items():
-            setattr(module, name, v)
+    while admit(study, cap, heartbeats=False) == "run":
+        queue.queue_next(study, plan, cap)
+        study.optimize(objective, n_trials=1)
+    state = progress(mode, truth, study)
     return {"profile": profile, "mode": mode, "setup": setup, "seed": seed, "cap": cap,
             "reached_at": state["reached_at"], "launches": state["launches"], "trials": state["trials"],
             "picks": state["picks"], "stopped_by": "budget", "wall_s": round(time.monotonic() - start, 1),
@@ -522,9 +477,10 @@ def main() -> None:
         unknown = [x for x in name if x not in known]
         if unknown:
             ap.error(f"unknown {', '.join(unknown)}; known: {', '.join(known)}")
-    internal = [s for s in setups if "_patch" in SETUPS[s]]
+    internal = [s for s in setups if "_search" in SETUPS[s]]
     if internal and not args.surrogate:
-        ap.error(f"{', '.join(internal)} change autotune's own constants and run only with --surrogate")
+        ap.error(f"{', '.join(internal)} change the search's settings, which a study file does not hold: they run "
+                 "only with --surrogate")
     if "gp" in ",".join(setups):
         try:
             import torch  # noqa: F401
@@ -614,7 +570,7 @@ def accuracy_table(work: Path, rows: list[dict[str, Any]], profiles: list[str], 
             rec, key = TrialRecord.of(t), config_of(t)
             if not rec.feasible or rec.reused_from is not None or key not in truth.single:
                 continue
-            metrics = t.user_attrs.get("metrics") or {}
+            metrics = rec.metrics
             for figure, table_ in (("single", truth.single), ("concurrent", truth.concurrent)):
                 measured = metrics.get(f"{figure}_tok_s")
                 if measured:

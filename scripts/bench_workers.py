@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Several workers on one study (issue 9): wall time of a 30-trial study with 1, 2 and 3 workers sharing a real
+"""Several workers on one study: wall time of a 30-trial study with 1, 2 and 3 workers sharing a real
 PostgreSQL server, each worker on its own emulated GPU host (a local target on its own port).
 
 The emulator's startup and generation are waits, not computation, so on a 2-core machine the workers overlap the

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Soak test of the overnight daemon (issue 6): a long study on the emulator with random server faults and random
+"""Soak test of the overnight daemon: a long study on the emulator with random server faults and random
 kills of `autotune run` itself, restarted each time as systemd would (Restart=on-failure).
 
 The server command is a wrapper that starts the emulator with a random --sim-fault for a share of the launches

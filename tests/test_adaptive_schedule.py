@@ -15,7 +15,8 @@ import httpx
 import optuna
 import pytest
 
-from autotune import adaptive, record
+from autotune import adaptive
+from autotune.record import write
 from autotune.engines import config_key, get_engine
 from autotune.errors import UserError
 from tests.conftest import free_port, run_autotune
@@ -34,11 +35,11 @@ def chain(steps: int, **extra) -> dict:
 def add(study: optuna.Study, config: dict, levels: dict[int, float], value: float, running: int = 48) -> None:
     """A measured trial of ``config``, written the way the objective writes one."""
     trial = study.ask()
-    record.candidate(trial, {k: config[k] for k in config if k.startswith("speculative-num")}, config,
+    write.candidate(trial, {k: config[k] for k in config if k.startswith("speculative-num")}, config,
                      config_key(config))
-    record.launched(trial, ENGINE.render(["autotune-sim"], config), "server.log")
-    record.verified(trial, config_key(config), {"max_running_requests": running})
-    record.measured(trial, {"max_running_requests": running},
+    write.launched(trial, ENGINE.render(["autotune-sim"], config), "server.log")
+    write.verified(trial, config_key(config), {"max_running_requests": running})
+    write.measured(trial, {"max_running_requests": running},
                     [{"concurrency": c, "output_tok_s": v, "output_tok_s_rel_ci": 0.01} for c, v in levels.items()],
                     None)
     study.tell(trial, value)

@@ -1,4 +1,4 @@
-"""Dependent ranges: SGLang's draft tokens drawn inside the tree the chosen steps and topk allow (issue 10)."""
+"""Dependent ranges: SGLang's draft tokens drawn inside the tree the chosen steps and topk allow."""
 from __future__ import annotations
 
 import json

@@ -21,7 +21,7 @@ import pytest
 from autotune import commands
 from autotune.bench.workload import PromptStream, load_prompts
 from autotune.plan import make_plan
-from autotune.sim.surface import study_surface
+from autotune.truth import study_surface
 from autotune.study import load_study
 from tests.studies import one_config_space, write_study
 from tests.support import reference_client

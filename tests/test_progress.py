@@ -15,8 +15,7 @@ from pathlib import Path
 import pytest
 
 from autotune.logs import setup as setup_logging
-from autotune.objective import Phase
-from autotune.progress import CLEAR, Progress
+from autotune.progress import CLEAR, Phase, Progress
 from tests.studies import write_study
 
 

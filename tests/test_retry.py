@@ -1,4 +1,4 @@
-"""Queueing a config again (autotune/retry.py, record.requeue) on a real SQLite study: the retry is the same config
+"""Queueing a config again (autotune/queue.py's requeue) on a real SQLite study: the retry is the same config
 with a clean slate."""
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import optuna
 from optuna.distributions import IntDistribution
 from optuna.trial import TrialState
 
-from autotune import record
+from autotune import queue, record
 
 
 def test_a_retry_starts_without_the_killed_attempts_constraint_values(tmp_path: Path) -> None:
@@ -19,7 +19,7 @@ def test_a_retry_starts_without_the_killed_attempts_constraint_values(tmp_path: 
     killed.set_constraint("constraints", 1.0)
     killed.set_constraint("failed", 0.0)
     study.tell(killed, state=TrialState.FAIL)
-    record.requeue(study, study.trials[0])
+    queue.requeue(study, study.trials[0])
 
     retry = study.ask()
     assert retry.params == killed.params

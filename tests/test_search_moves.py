@@ -1,19 +1,20 @@
-"""How the tuner picks its next neighbour (autotune/search.py), on a study whose measurements are given: the move the
+"""How the tuner picks its next neighbour (autotune/search/), on a study whose measurements are given: the move the
 measurements so far favour comes first, a leader with nothing left around it hands over to its close rivals, and a
 config whose launch failed for the infrastructure even after its retry is neither a neighbour nor a confirmation again,
 nor launched when the sampler proposes it. The whole search, on the emulator, is tests/test_search.py."""
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 import optuna
 
-from autotune import record, search
-from autotune.objective import Objective
+from autotune import queue, record, search
 from autotune.plan import Plan, make_plan
 from autotune.space import Space
 from autotune.study import load_study
 from autotune.targets import make_target
+from autotune.trial import Objective, ServerLaunch
 from tests.studies import write_study
 
 STEPS, TOPK = "speculative-num-steps", "speculative-eagle-topk"
@@ -30,25 +31,26 @@ choices = [1, 2]
 
 
 def new_study(tmp_path: Path) -> tuple[optuna.Study, Plan]:
+    """A study and its plan, with the local search starting after two launches."""
     spec = load_study(str(write_study(tmp_path, objective="concurrent", space=SPACE)))
-    return optuna.create_study(direction="maximize"), make_plan(spec)
+    return optuna.create_study(direction="maximize"), make_plan(replace(spec, startup_trials=2))
 
 
 def launch(trial: optuna.Trial, space: Space) -> None:
     """Record the queued config as launched, as the tuner does before it measures."""
     candidate = space.candidate(space.suggest(trial))
-    record.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
-    record.launched(trial, ["emulator"], "")
+    record.write.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
+    record.write.launched(trial, ["emulator"], "")
 
 
 def measure(study: optuna.Study, plan: Plan, steps: int, topk: int, value: float, spread: float = 0.01) -> None:
     """A launch of (steps, topk) that measured ``value`` with a 95% interval of +-``spread``."""
     space = plan.space
-    record.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), "neighbour")
+    queue.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), "neighbour")
 
     def objective(trial: optuna.Trial) -> float:
         launch(trial, space)
-        record.measured(trial, {"concurrent_tok_s": value}, [], [value * (1 - spread), value * (1 + spread)])
+        record.write.measured(trial, {"concurrent_tok_s": value}, [], [value * (1 - spread), value * (1 + spread)])
         return value
 
     study.optimize(objective, n_trials=1)
@@ -58,21 +60,21 @@ def fail_for_the_infrastructure(study: optuna.Study, plan: Plan, steps: int, top
                                 role: str = "neighbour") -> None:
     """A launch of (steps, topk) whose measurement the client could not keep up with, and its one retry, alike."""
     space = plan.space
-    record.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), role)
+    queue.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), role)
     for _ in range(2):
         def objective(trial: optuna.Trial) -> float:
             launch(trial, space)
-            record.failed(trial, "client_bound", "the client fell behind the server")
+            record.write.failed(trial, "client_bound", "the client fell behind the server")
             raise RuntimeError("client_bound")
 
         study.optimize(objective, n_trials=1, catch=(RuntimeError,))
         attempt = study.get_trials(deepcopy=False)[-1]
         if record.retry_of(attempt) is None:
-            record.requeue(study, attempt)
+            queue.requeue(study, attempt)
 
 
 def proposed(study: optuna.Study, plan: Plan, seed: int) -> tuple[int, int] | None:
-    queued = search.propose(study, plan, budget=30, startup=2, seed=seed)
+    queued = search.propose(study, study.get_trials(deepcopy=False), plan, budget=30, seed=seed)
     if queued is None:
         return None
     assert queued.role == "neighbour"
@@ -129,7 +131,7 @@ def test_a_confirmation_that_failed_for_the_infrastructure_after_its_retry_goes_
     measure(study, plan, 2, 2, 400)
 
     def confirmation() -> tuple[int, int] | None:
-        queued = search.propose(study, plan, budget=12, startup=2, seed=0)
+        queued = search.propose(study, study.get_trials(deepcopy=False), plan, budget=12, seed=0)
         assert queued is None or queued.role == "confirmation"
         return None if queued is None else (queued.params[STEPS], queued.params[TOPK])
 
@@ -146,7 +148,7 @@ def test_the_sampler_proposing_a_config_given_up_on_launches_nothing(tmp_path: P
     study.enqueue_trial(plan.space.internal({STEPS: 5, TOPK: 1}))  # as TPE would draw it: no role of the tuner's
     target = make_target(plan.target, cwd=tmp_path)
     try:
-        study.optimize(Objective(plan, target, should_stop=lambda: False), n_trials=1)
+        study.optimize(Objective(plan, ServerLaunch(plan, target, should_stop=lambda: False)), n_trials=1)
     finally:
         target.stop()
     trial = study.get_trials(deepcopy=False)[-1]

@@ -1,5 +1,5 @@
 """A server that is not the one requested is never measured: a foreign process on the port, or a stale server
-that answers with other args (peers.md item 4)."""
+that answers with other args (a readiness race users of other tuners report)."""
 from __future__ import annotations
 
 import subprocess
@@ -11,7 +11,7 @@ from pathlib import Path
 import httpx
 import optuna
 
-from autotune.objective import Objective
+from autotune.trial import Objective, ServerLaunch
 from autotune.plan import make_plan
 from autotune.study import load_study
 from autotune.targets.base import Deployment, Target
@@ -80,7 +80,7 @@ def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
         plan = make_plan(load_study(str(write_study(tmp_path, port=port))))
         (tmp_path / "old.log").write_text("")
         target = StaleTarget(plan.target, f"http://127.0.0.1:{port}", tmp_path / "old.log")
-        objective = Objective(plan, target, should_stop=lambda: False)
+        objective = Objective(plan, ServerLaunch(plan, target, should_stop=lambda: False))
         study = optuna.create_study(direction="maximize")
         study.enqueue_trial({"speculative-num-steps": 3, "speculative-eagle-topk": 1,
                              "speculative-num-draft-tokens": 4})

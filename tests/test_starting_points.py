@@ -1,4 +1,4 @@
-"""The engine's starting points: a new study measures informed configs right after the baseline (issue 10)."""
+"""The engine's starting points: a new study measures informed configs right after the baseline."""
 from __future__ import annotations
 
 import re
@@ -7,7 +7,7 @@ from pathlib import Path
 
 from autotune.engines import get_engine
 from autotune.engines.sglang import tree_capacity
-from autotune.sampling import initial_design
+from autotune.search import initial_design
 from autotune.space import Space
 from autotune.study import load_study
 from tests.conftest import run_autotune

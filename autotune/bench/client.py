@@ -1,9 +1,9 @@
 """One streamed generation over HTTP, timed token by token (async httpx).
 
 Every figure comes from the response itself: completion tokens, and where the engine gives them the verify steps,
-accept length and the server's own timing of this request alone, never the server's cumulative counters (peers.md
-item 7). The record is filled as the stream arrives, so a request cut off at the end of a measurement window keeps
-the tokens it received.
+accept length and the server's own timing of this request alone, never the server's cumulative counters (which
+/flush_cache resets and data-parallel ranks keep apart). The record is filled as the stream arrives, so a request
+cut off at the end of a measurement window keeps the tokens it received.
 """
 from __future__ import annotations
 

@@ -195,6 +195,10 @@ class Measurement:
                 out[f"{name}_p{q}"] = percentile(values, q)
         return out
 
+    def summaries(self) -> list[dict[str, Any]]:
+        """Every level's summary, lowest concurrency first (what the trial records and scores)."""
+        return [self.summary(c) for c in self.concurrencies]
+
     def records(self) -> list[dict[str, Any]]:
         return [dict(r.to_json(), repeat=i) for i, rep in enumerate(self.repeats) for lv in rep for r in lv.records]
 

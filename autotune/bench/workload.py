@@ -1,8 +1,9 @@
 """Prompts for measurement: the built-in varied set or the study's own JSONL file.
 
 Within one trial no prompt text is ever sent twice, so a prefix cache can never turn a repeated prompt into an
-inflated result (peers.md item 8): prompts are handed out in a shuffled order and, once the set is used up, the next
-round carries a distinct request tag in front, which also defeats prefix matching.
+inflated result (one peer's replayed prompts doubled a figure that way): prompts are handed out in a shuffled order
+and, once the set is used up, the next round carries a distinct request tag in front, which also defeats prefix
+matching.
 """
 from __future__ import annotations
 

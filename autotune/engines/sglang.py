@@ -1,7 +1,7 @@
 """SGLang (0.5.x): speculative-decoding rules, readiness, fatal log lines, /server_info and /generate streams.
 
-The rules here predict what ``sglang.launch_server`` does with a config (docs: sglang.md) so that configs SGLang would
-reject are never deployed and configs it would rewrite to the same thing are measured once. The server's own answer
+The rules here predict what ``sglang.launch_server`` does with a config so that configs SGLang would reject are
+never deployed and configs it would rewrite to the same thing are measured once. The server's own answer
 (/server_info) stays the authority: a trial verifies it after every start.
 """
 from __future__ import annotations

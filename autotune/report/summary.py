@@ -109,7 +109,7 @@ def launches_saved(recs: list[TrialRecord]) -> dict[str, Any]:
 
 def _heading(study: optuna.Study, spec: StudySpec | None, recs: list[TrialRecord]) -> list[str]:
     name = spec.name if spec else study.study_name
-    objective = record.study_objective(study) or (spec.objective if spec else "?")
+    objective = record.study.objective(study) or (spec.objective if spec else "?")
     states = Counter(r.state.name for r in recs)
     launches = results.launches(study.get_trials(deepcopy=False))
     return [f"# Study `{name}`", "",

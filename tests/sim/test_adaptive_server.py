@@ -119,12 +119,13 @@ def test_the_controller_walks_by_acceptance_and_server_info_shows_the_live_step(
 
 def test_each_batch_size_switches_to_its_slots_step(emulator, tmp_path):
     path = write(tmp_path, {"1": {"candidate_steps": [7]}, "2": {"candidate_steps": [3]}})
-    emu = emulator(*CROSSOVER, *FAST, *ADAPTIVE, "--speculative-adaptive-config", path).wait_ready()
+    # at speedup 2 the two requests (about 0.3 s and 1 s) surely overlap, however busy the machine
+    emu = emulator(*CROSSOVER, "--sim-time-scale", "0.01", "--sim-speedup", "2", *ADAPTIVE,
+                   "--speculative-adaptive-config", path).wait_ready()
     assert "AdaptiveSpeculativeParams initialized: steps=7, candidate_steps=[7]" in emu.log
-    results: list[dict] = []
-    short = threading.Thread(target=lambda: results.append(generate(emu.url, "a short one", 60)))
+    short = threading.Thread(target=generate, args=(emu.url, "a short one", 300))
     short.start()
-    results.append(generate(emu.url, "and a long one", 400))
+    generate(emu.url, "and a long one", 1000)
     short.join()
     log = emu.log
     down = "Switch adaptive runtime state: steps 7 -> 3, draft_tokens 8 -> 4"

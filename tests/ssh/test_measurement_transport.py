@@ -15,7 +15,7 @@ from autotune.engines import get_engine
 from autotune.errors import TrialFailure
 from autotune.health import wait_ready
 from autotune.plan import make_plan
-from autotune.sim.surface import study_surface
+from autotune.truth import study_surface
 from autotune.study import WorkloadSpec, load_study
 from autotune.targets.process import ProcessTarget
 from tests.ssh.conftest import SpecFactory

@@ -6,7 +6,7 @@ Ordered flags are close when their places are; an unordered one (a string, a boo
 The model is fitted to the log of each config's pooled value, with each measurement's own precision as its noise;
 a config that failed or was stopped early counts at the worst value seen, so the model learns where not to go. The
 length scale is the one of a few under which the measurements are most likely. Neighbours are ranked by the
-model's optimistic value (mean plus ``KAPPA`` standard deviations): the most promising move first.
+model's optimistic value (mean plus ``SearchSettings.kappa`` standard deviations): the most promising move first.
 
 Kept small on purpose: a few to a few hundred points and a handful of candidates, in numpy. Optuna's GPSampler does
 the same over the whole space but needs torch (an optional extra) and proposes anywhere; here only the incumbent's
@@ -20,14 +20,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
-#: length scales (in places: a whole flag's range is 1) tried; the likeliest is used
-LENGTHSCALES = (0.15, 0.25, 0.4, 0.7, 1.2)
-#: optimism: candidates are ranked by the model's mean plus this many standard deviations
-KAPPA = 1.0
+from autotune.search.settings import SearchSettings
+
 #: the least noise assumed for a measurement (relative standard deviation)
 MIN_NOISE = 0.01
-#: measured values needed before the model ranks anything (fewer: the caller's own order stands)
-MIN_POINTS = 3
 
 
 @dataclass(frozen=True)
@@ -40,14 +36,15 @@ class Point:
     noise: float = MIN_NOISE        # relative standard deviation of the value
 
 
-def informed(measured: Sequence[Point]) -> bool:
+def informed(measured: Sequence[Point], settings: SearchSettings) -> bool:
     """Whether the model has enough measured values to rank anything."""
-    return sum(p.log_value is not None for p in measured) >= MIN_POINTS
+    return sum(p.log_value is not None for p in measured) >= settings.min_points
 
 
-def rank(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], unordered: Sequence[bool]) -> list[int]:
+def rank(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], unordered: Sequence[bool],
+         settings: SearchSettings) -> list[int]:
     """Indices of ``candidates``, most promising first; their given order when the model has too little to go on."""
-    if not informed(measured) or not candidates:
+    if not informed(measured, settings) or not candidates:
         return list(range(len(candidates)))
     values = [p.log_value for p in measured if p.log_value is not None]
     floor = min(values)
@@ -57,14 +54,14 @@ def rank(measured: Sequence[Point], candidates: Sequence[tuple[float, ...]], uno
     mask = np.array(unordered, dtype=bool)
     mean = float(y.mean())
     signal = max(float(y.var()), 1e-4)
-    fits = [_fit(x, y - mean, noise, signal, ell, mask) for ell in LENGTHSCALES]
+    fits = [_fit(x, y - mean, noise, signal, ell, mask) for ell in settings.lengthscales]
     best = max(fits, key=lambda f: f.likelihood)
     c = np.array(candidates, dtype=float)
     k = signal * _kernel(c, x, best.lengthscale, mask)
     mu = mean + k @ best.alpha
     v = np.linalg.solve(best.chol, k.T)
     sd = np.sqrt(np.maximum(signal - (v * v).sum(axis=0), 0.0))
-    score = mu + KAPPA * sd
+    score = mu + settings.kappa * sd
     return sorted(range(len(candidates)), key=lambda i: -score[i])
 
 

@@ -1,11 +1,10 @@
-"""Samplers, the configs they start from, and pruners for a study, built from the study file."""
+"""Samplers and the configs they start from, built from the study file."""
 from __future__ import annotations
 
 import optuna
 
 from autotune.engines import ArgValue
 from autotune.errors import UserError
-from autotune.pruning import BoundPruner
 from autotune.space import Space
 from autotune.study import StudySpec
 
@@ -16,11 +15,16 @@ DEFAULT_STARTUP_TRIALS = 6
 MODEL_BASED = ("tpe", "gp")
 
 
+def startup_launches(spec: StudySpec) -> int:
+    """Launches before the model-based samplers and the local search take over."""
+    return DEFAULT_STARTUP_TRIALS if spec.startup_trials is None else spec.startup_trials
+
+
 def make_sampler(spec: StudySpec, space: Space, finished: int) -> optuna.samplers.BaseSampler:
     """The study's sampler. A fixed seed is offset by the trials already run, so a resumed study does not replay the
-    configs it started with (docs: optuna.md, "Resume")."""
+    configs it started with (a sampler seeded alike draws the same first configs again)."""
     seed = None if spec.seed is None else spec.seed + finished
-    startup = DEFAULT_STARTUP_TRIALS if spec.startup_trials is None else spec.startup_trials
+    startup = startup_launches(spec)
     if spec.sampler == "tpe":
         return optuna.samplers.TPESampler(n_startup_trials=startup, seed=seed, multivariate=True)
     if spec.sampler == "gp":
@@ -51,10 +55,3 @@ def check_sampler(spec: StudySpec) -> None:
     except ImportError as e:
         raise UserError(f"{spec.path}: [study] sampler = \"gp\" needs torch and scipy ({e.name} is missing): "
                         "pip install 'autotune[gp]'") from None
-
-
-def make_pruner(spec: StudySpec) -> optuna.pruners.BasePruner:
-    """Stop a config once even its best case cannot beat the best completed trial (pruning.BoundPruner)."""
-    if not spec.pruning:
-        return optuna.pruners.NopPruner()
-    return BoundPruner(margin=spec.workload.tolerance)

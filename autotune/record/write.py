@@ -1,0 +1,105 @@
+"""Writing a trial's record as the trial goes (the objective's side): who runs it, the config, the launch, readiness,
+what the server reports, the measurement or why there is none, and the attrs a queued trial starts with."""
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import optuna
+from optuna.trial import FrozenTrial
+
+from autotune.engines import ArgValue
+from autotune.record.read import ROLES
+from autotune.redact import mask_argv, mask_mapping
+
+#: what a trial that reuses another's measurement copies from it
+_CARRIED = ("metrics", "levels", "capacity", "value_ci", "reason", "detail", "stage", "applied_key", "ready_s",
+            "command")
+#: the longest failure detail kept
+DETAIL_LIMIT = 500
+
+
+def started(trial: optuna.Trial, target: str, worker: str) -> None:
+    trial.set_user_attr("target", target)
+    trial.set_user_attr("worker", worker)
+
+
+def candidate(trial: optuna.Trial, params: Mapping[str, ArgValue], config: Mapping[str, ArgValue] | None = None,
+              key: str | None = None) -> None:
+    """The tuned flags as the server will run them (and, once known, the whole effective config and its key)."""
+    trial.set_user_attr("params", dict(params))
+    if config is not None:
+        trial.set_user_attr("config", mask_mapping(config))
+        trial.set_user_attr("config_key", key)
+
+
+def launched(trial: optuna.Trial, command: list[str], log: str) -> None:
+    """The server command as started, its secrets masked (``apply`` puts them back from the study file)."""
+    trial.set_user_attr("command", mask_argv(command))
+    trial.set_user_attr("log", log)
+
+
+def ready(trial: optuna.Trial, seconds: float) -> None:
+    trial.set_user_attr("ready_s", round(seconds, 3))
+
+
+def verified(trial: optuna.Trial, applied_key: str, capacity: Mapping[str, Any]) -> None:
+    trial.set_user_attr("applied_key", applied_key)
+    trial.set_user_attr("capacity", dict(capacity))
+
+
+def measured(trial: optuna.Trial, metrics: Mapping[str, Any], levels: list[dict[str, Any]],
+             value_ci: list[float] | None) -> None:
+    trial.set_user_attr("metrics", dict(metrics))
+    trial.set_user_attr("levels", levels)
+    if value_ci is not None:
+        trial.set_user_attr("value_ci", value_ci)
+
+
+def failed(trial: optuna.Trial, reason: str, detail: str, stage: str | None = None) -> None:
+    """Why the trial gave no feasible measurement (a failure, a violated constraint, pruning)."""
+    trial.set_user_attr("reason", reason)
+    trial.set_user_attr("detail", detail[:DETAIL_LIMIT])
+    if stage is not None:
+        trial.set_user_attr("stage", stage)
+
+
+def pruned(trial: optuna.Trial, stage: str, levels: list[dict[str, Any]]) -> None:
+    """Stopped after ``stage`` because it could no longer be competitive; what it measured so far."""
+    trial.set_user_attr("reason", "pruned")
+    trial.set_user_attr("stage", stage)
+    trial.set_user_attr("levels", levels)
+
+
+def timings(trial: optuna.Trial, seconds: Mapping[str, float]) -> None:
+    trial.set_user_attr("timings", dict(seconds))
+
+
+def reused(trial: optuna.Trial, prior: FrozenTrial) -> None:
+    """The trial copies the record of ``prior``, which measured the same effective config."""
+    trial.set_user_attr("reused_from", prior.number)
+    for key in _CARRIED:
+        if key in prior.user_attrs:
+            trial.set_user_attr(key, prior.user_attrs[key])
+
+
+def queued(role: str, origin: str | None = None) -> dict[str, Any]:
+    """The attrs a trial queued as ``role`` (one of ROLES) starts with; ``origin``: where a warm start's config came
+    from ("study OLD, trial N")."""
+    assert role in ROLES
+    attrs: dict[str, Any] = {role: True}
+    if origin is not None:
+        attrs["origin"] = origin
+    return attrs
+
+
+def retried(trial: FrozenTrial) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The (user attrs, system attrs) of a new trial that repeats ``trial``: its role and origin and the sampler's own
+    records of it (a grid trial keeps its grid point), never the attempt's outcome: its failure, and its constraint
+    values (Optuna keeps the first value a trial sets, so a copied one would stand for the retry's own)."""
+    attrs: dict[str, Any] = {"retry_of": trial.number}
+    attrs.update({k: True for k in ROLES if trial.user_attrs.get(k)})
+    if "origin" in trial.user_attrs:
+        attrs["origin"] = trial.user_attrs["origin"]
+    kept = {k: v for k, v in trial.system_attrs.items() if k != "fail_reason" and not k.startswith("constraints:")}
+    return attrs, kept

@@ -1,0 +1,112 @@
+"""The geometry of a space for the local search: a config's neighbours (one tuned flag moved one stride along its
+values) and its coordinates for the local model (each flag's place among the values it may take there).
+
+A flag whose valid range depends on others (draft tokens on steps and topk) moves inside that range and keeps its
+place in it when another flag's move changes the range: widening a chain's tree gives a tree half full, not the
+chain's old draft count.
+"""
+from __future__ import annotations
+
+from autotune.engines import ArgValue
+from autotune.errors import InvalidConfig
+from autotune.space import Space, values_inside
+from autotune.study import ParamSpec
+
+
+def moves(space: Space, params: dict[str, ArgValue], measured: set[str],
+          stride: float) -> list[tuple[dict[str, ArgValue], str]]:
+    """The unmeasured configs one stride from ``params`` in one flag, with their keys."""
+    options: list[tuple[dict[str, ArgValue], str]] = []
+    for p in space.params:
+        if p.name not in params:
+            continue
+        for value in _adjacent(space, p, params, stride):
+            moved = _refit(space, params, {**params, p.name: value})
+            if not all(q.contains(moved[q.name]) for q in space.params if q.name not in space.dependent):
+                continue  # a value the sampler could not suggest (a chain's forced draft count, say)
+            try:
+                key = space.candidate(moved).key
+            except InvalidConfig:
+                continue
+            if key not in measured and key not in {k for _, k in options}:
+                options.append((moved, key))
+    return options
+
+
+def places(space: Space, params: dict[str, ArgValue]) -> tuple[float, ...]:
+    """A config's coordinates for the local model: each tuned flag's place among the values it may take there."""
+    out = []
+    for p in space.params:
+        values = _values(space, p, params)
+        here = _index(values, params.get(p.name))
+        out.append(0.5 if here is None or len(values) < 2 else here / (len(values) - 1))
+    return tuple(out)
+
+
+def unordered(space: Space) -> list[bool]:
+    """Per tuned flag: whether its values have no order (strings, booleans), so that places say only same or not."""
+    return [not _ordered(p.values()) if p.type == "categorical" else False for p in space.params]
+
+
+def _refit(space: Space, before: dict[str, ArgValue], moved: dict[str, ArgValue]) -> dict[str, ArgValue]:
+    """``moved`` with each dependent flag whose valid range the move changed kept at the same place in its range (a
+    flag that had no choice before, like draft tokens on a chain, goes halfway into the new range, as the engine's
+    starting points place it)."""
+    out = dict(moved)
+    for name in space.dependent:
+        if name not in before or name in (set(moved) - set(before)):
+            continue
+        p = next(q for q in space.params if q.name == name)
+        old, new = _values(space, p, before), _values(space, p, moved)
+        if old == new or not new:
+            continue
+        place = old.index(before[name]) / (len(old) - 1) if before[name] in old and len(old) > 1 else 0.5
+        out[name] = new[round(place * (len(new) - 1))]
+    return out
+
+
+def _adjacent(space: Space, p: ParamSpec, params: dict[str, ArgValue], stride: float) -> list[ArgValue]:
+    """The values one stride below and above ``params[p.name]`` among the values ``p`` may take there."""
+    values = _values(space, p, params)
+    current = params[p.name]
+    here = _index(values, current)
+    if here is None:
+        return []
+    step = max(1, round(len(values) * stride))
+    return [values[i] for i in (here - step, here + step) if 0 <= i < len(values) and values[i] != current]
+
+
+def _index(values: list[ArgValue], current: ArgValue | None) -> int | None:
+    """Where ``current`` lies among ``values`` (the nearest of ordered ones); None if it is not there."""
+    if not values or current is None:
+        return None
+    if isinstance(values, range):  # by arithmetic: a range may hold billions of values
+        return min(len(values) - 1, max(0, round((_num(current) - values.start) / values.step)))
+    if _ordered(values):
+        return min(range(len(values)), key=lambda i: abs(_num(values[i]) - _num(current)))
+    return next((i for i, v in enumerate(values) if v == current), None)
+
+
+def _values(space: Space, p: ParamSpec, params: dict[str, ArgValue]) -> list[ArgValue]:
+    """The values of ``p`` in order; a dependent flag's only those the engine accepts given the others."""
+    if p.type == "float" and not p.step:
+        lo, hi = float(p.low), float(p.high)  # type: ignore[arg-type]
+        return [lo + (hi - lo) * i / 16 for i in range(17)]
+    if p.name in space.dependent:
+        valid = space.engine.valid_range(p.name, {**space.fixed, **params})
+        if valid.irrelevant:
+            return []
+        return values_inside(p, valid) or []
+    values = p.values()
+    if p.type == "categorical" and _ordered(values):
+        values = sorted(values, key=_num)
+    return values
+
+
+def _ordered(values: list[ArgValue]) -> bool:
+    """Numbers (a categorical of numbers is ordered too); strings and booleans are not."""
+    return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
+
+
+def _num(value: ArgValue) -> float:
+    return float(value)  # type: ignore[arg-type]

@@ -1,0 +1,67 @@
+"""The seam of a trial: what happens to a proposed config, before anything is deployed.
+
+Every path that runs trials (the tuner's objective, the benches' surrogate) asks this one function, so the rules
+are written once:
+
+* ``invalid``: the engine would reject the config (SGLang's tree rules, say): recorded as infeasible, never deployed;
+* ``wait``: another worker is measuring the same effective config under an earlier trial: wait for its result
+  instead of measuring it twice at once (Optuna's constant liar makes this rarer, not impossible);
+* ``reuse``: that effective config was measured (or found infeasible) already: its result is copied, no launch;
+* ``given_up``: the config's launch failed for the infrastructure even after its retry: rejected without a launch,
+  like an invalid config, so the sampler learns to avoid it;
+* ``launch``: measure it.
+
+The baseline and confirmations are launched whatever was measured before: they measure on purpose.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from optuna.trial import FrozenTrial, TrialState
+
+from autotune import record, results
+from autotune.engines import ArgValue
+from autotune.errors import InvalidConfig
+from autotune.space import Candidate
+
+if TYPE_CHECKING:
+    from autotune.plan import Plan
+
+#: trial states whose result a later identical config can reuse
+REUSABLE = (TrialState.COMPLETE, TrialState.PRUNED)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What happens to one proposed config."""
+
+    kind: str                           # "invalid" | "wait" | "reuse" | "given_up" | "launch"
+    candidate: Candidate | None = None  # the effective config (None when invalid)
+    prior: FrozenTrial | None = None    # the trial waited for, reused, or given up on
+    detail: str = ""                    # why the engine rejects an invalid config
+
+
+def decide(plan: Plan, trials: Sequence[FrozenTrial], number: int, params: dict[str, ArgValue], *,
+           baseline: bool = False, confirmation: bool = False) -> Decision:
+    """What happens to ``params`` (the tuned flags' values) proposed as trial ``number`` of a study whose trials are
+    ``trials``; ``baseline``: the study's fixed args, whatever ``params`` says."""
+    try:
+        candidate = plan.space.baseline() if baseline else plan.space.candidate(params)
+    except InvalidConfig as e:
+        return Decision("invalid", detail=str(e))
+    if baseline or confirmation:
+        return Decision("launch", candidate)
+    twin = next((t for t in trials if t.state == TrialState.RUNNING and t.number < number
+                 and record.config_keys(t)[0] == candidate.key), None)
+    if twin is not None:
+        return Decision("wait", candidate, twin)
+    prior = next((t for t in trials if t.state in REUSABLE and t.number != number
+                  and candidate.key in record.config_keys(t)), None)
+    if prior is not None:
+        return Decision("reuse", candidate, prior)
+    gone = results.given_up(list(trials)).get(candidate.key)
+    if gone is not None:
+        return Decision("given_up", candidate, gone)
+    return Decision("launch", candidate)

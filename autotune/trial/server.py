@@ -1,0 +1,121 @@
+"""A trial's real measurement step: the candidate's server deployed on the target, ready and verified (bringup.py),
+its capacity read, then measured (bench/), and its log, command and request records kept as the trial's
+artifacts."""
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import optuna
+from optuna.artifacts import FileSystemArtifactStore
+
+from autotune.artifacts import upload_trial
+from autotune.bench.measure import Bench
+from autotune.bringup import bring_up
+from autotune.engines import ServerInfo
+from autotune.errors import TrialFailure
+from autotune.health import check_alive
+from autotune.plan import Plan
+from autotune.record import write
+from autotune.score import metrics_of, relative_precision
+from autotune.space import Candidate
+from autotune.targets import Deployment, Target
+from autotune.trial.launch import Launch, Measured, OnLevel, OnPhase
+
+log = logging.getLogger("autotune")
+
+
+class ServerLaunch(Launch):
+    """Starts each trial's server on ``target`` and measures it with the study's workload."""
+
+    def __init__(self, plan: Plan, target: Target, should_stop: Callable[[], bool],
+                 artifacts: FileSystemArtifactStore | None = None) -> None:
+        self.plan = plan
+        self.target = target
+        self.target_name = target.name
+        self.should_stop = should_stop
+        self.artifacts = artifacts
+        self.deployment: Deployment | None = None
+        self._bench: Bench | None = None
+        self._headers: dict[str, str] = {}
+
+    def _log_path(self, trial: optuna.Trial) -> Path:
+        return self.plan.logs_dir / f"trial-{trial.number:04d}.log"
+
+    def start(self, trial: optuna.Trial, candidate: Candidate, on_phase: OnPhase) -> ServerInfo:
+        self.deployment, self._bench = None, None
+        plan, engine = self.plan, self.plan.engine
+        argv = engine.render(plan.spec.engine.command, candidate.args)
+        log_path = self._log_path(trial)
+        write.launched(trial, argv, str(log_path))
+        self._headers = engine.auth_headers(candidate.args)
+
+        def deployed(deployment: Deployment) -> None:
+            self.deployment = deployment
+            log.info("trial %d deploy: %s", trial.number, " ".join(argv))
+
+        with self._blamed():
+            running = bring_up(lambda: self.target.deploy(argv, plan.spec.engine.env, log_path), engine,
+                               plan.spec.health, self._headers, candidate.tuned(plan.space.names),
+                               should_stop=self.should_stop, on_stage=on_phase, on_deployed=deployed)
+        write.ready(trial, running.ready.seconds)
+        log.info("trial %d ready in %.1f s", trial.number, running.ready.seconds)
+        assert running.info is not None
+        return self._capacity(trial, running.deployment, candidate, running.info)
+
+    def measure(self, trial: optuna.Trial, info: ServerInfo, on_level: OnLevel) -> Measured:
+        spec = self.plan.spec
+        deployment = self.deployment
+        assert deployment is not None
+        self._bench = bench = Bench(
+            deployment.base_url, self.plan.engine, spec.workload, self.plan.prompts, headers=self._headers,
+            check=lambda: check_alive(deployment, self.plan.engine), should_stop=self.should_stop,
+            seed=trial.number, max_error_rate=spec.constraints.max_error_rate, levels=spec.levels,
+        )
+        with self._blamed():
+            m = bench.run(
+                on_level=lambda step, c, m: on_level(step, c, m.summaries()),
+                precision_of=lambda m: relative_precision(spec.objective, m.summaries(), spec.workload.mix),
+            )
+        levels = m.summaries()
+        return Measured(metrics_of(levels, len(m.repeats), info), levels, m.precision)
+
+    def finish(self, trial: optuna.Trial, candidate: Candidate) -> None:
+        """Keep the server log of this start, the command (or unit) it ran and the raw request records."""
+        if self.artifacts is None:
+            return
+        argv = self.plan.engine.render(self.plan.spec.engine.command, candidate.args)
+        records = self._bench.measurement.records() if self._bench is not None else None
+        upload_trial(self.artifacts, trial, self.plan.logs_dir, self._log_path(trial),
+                     self.target.rendered(argv, self.plan.spec.engine.env), records)
+
+    @contextlib.contextmanager
+    def _blamed(self) -> Iterator[None]:
+        """A failure that looks like the config's, in a trial whose SSH connection was reopened meanwhile, is the
+        connection's (a server seen dead through a broken connection may be alive)."""
+        try:
+            yield
+        except TrialFailure as failure:
+            if failure.infeasible and self.deployment is not None and self.deployment.reconnected():
+                raise TrialFailure("ssh_lost", f"the SSH connection was reopened during the trial ({failure})") \
+                    from None
+            raise
+
+    def _capacity(self, trial: optuna.Trial, deployment: Deployment, candidate: Candidate,
+                  info: ServerInfo) -> ServerInfo:
+        """Record what the server runs and the capacity it reports (its log cross-checks the figures)."""
+        names = self.plan.space.names
+        applied = {**candidate.args, **{n: info.applied[n] for n in names if n in info.applied}}
+        logged = self.plan.engine.capacity_from_log(deployment.log_path.read_text(errors="replace")
+                                                    if deployment.log_path.exists() else "")
+        write.verified(trial, self.plan.space.key(applied), {
+            "max_running_requests": info.max_running_requests,
+            "max_total_num_tokens": info.max_total_num_tokens,
+            "log": logged,
+        })
+        if logged.get("max_running_requests") not in (None, info.max_running_requests):
+            log.warning("trial %d: the log says max_running_requests=%s, the server says %s", trial.number,
+                        logged.get("max_running_requests"), info.max_running_requests)
+        return info

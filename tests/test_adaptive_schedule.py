@@ -156,7 +156,7 @@ def test_best_writes_a_schedule_the_emulator_runs(tmp_path: Path):
     # the crossover test profile: 7 steps stream fastest alone, 5 at concurrency 8, 3 at 32
     study = write_study(tmp_path, "chains", sampler="grid", trials=3, space=CHAINS,
                         workload="max_tokens = 64\nconcurrency = [1, 8, 32]\nrequests = 16\nwindow_generations = 2\n"
-                                 "warmup = 1\ntolerance = 0.2\nmax_repeats = 1",
+                                 "warmup = 1\ntolerance = 0.1\nmax_repeats = 1",
                         args={"model-path": "/models/Llama-3.1-8B-Instruct", "tp-size": 1,
                               "sim-profile": str(CROSSOVER), "speculative-num-steps": 3,
                               "speculative-num-draft-tokens": 4, "sim-speedup": 1})
@@ -169,10 +169,14 @@ def test_best_writes_a_schedule_the_emulator_runs(tmp_path: Path):
     trials = [t for t in status(study)["trials"] if t["state"] == "COMPLETE"]
     figures = {t["params"]["speculative-num-steps"]: t["metrics"]["level_output_tok_s"] for t in trials}
     assert len(figures) >= 2, trials
-    for key, level in (("1", "1"), ("2", "8"), ("9", "32")):
+    expected, last = {}, None
+    for key, level in (("1", "1"), ("2", "8"), ("9", "32")):  # one running batch per level (48 fit every chain)
         best = max(f[level] for f in figures.values())
-        assert schedule[key]["candidate_steps"] == sorted(s for s, f in figures.items() if f[level] >= 0.8 * best)
-    assert set(schedule) == {"1", "2", "9"}
+        steps = sorted(s for s, f in figures.items() if f[level] >= 0.9 * best)
+        if steps != last:  # a level with the same chains as the slot before it is served by that slot
+            expected[key] = {"candidate_steps": steps}
+        last = steps
+    assert schedule == expected
     # the emulator runs it, with the command best printed
     path = tmp_path / "adaptive.json"
     path.write_text(r.stdout)

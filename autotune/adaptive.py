@@ -25,6 +25,10 @@ just above the previous level's padded batch, so a batch between two measured le
 above it (under a closed loop of ``c`` the running batch is ``c`` or just below). A level whose padded batch is no
 larger than the previous level's (every level beyond M, or one CUDA-graph padding merges with the one before) adds
 no slot, nor does a level where no chain ran the server's batch; consecutive slots with the same chains are one.
+
+With several chains in a slot, SGLang's controller walks between them by acceptance, not by speed: under a draft
+that agrees often it settles on the slot's deepest chain, which may be the slowest one within the tolerance. The
+tolerance is therefore also what a slot may cost at its load.
 """
 from __future__ import annotations
 

@@ -155,8 +155,8 @@ CHAINS = ('[space.speculative-num-steps]\ntype = "categorical"\nchoices = [3, 5,
 def test_best_writes_a_schedule_the_emulator_runs(tmp_path: Path):
     # the crossover test profile: 7 steps stream fastest alone, 5 at concurrency 8, 3 at 32
     study = write_study(tmp_path, "chains", sampler="grid", trials=3, space=CHAINS,
-                        workload="max_tokens = 64\nconcurrency = [1, 8, 32]\nrequests = 16\nwindow_generations = 2\n"
-                                 "warmup = 1\ntolerance = 0.1\nmax_repeats = 1",
+                        workload="max_tokens = 256\nconcurrency = [1, 8, 32]\nrequests = 8\nwindow_generations = 1\n"
+                                 "warmup = 1\ntolerance = 0.2\nmax_repeats = 1",
                         args={"model-path": "/models/Llama-3.1-8B-Instruct", "tp-size": 1,
                               "sim-profile": str(CROSSOVER), "speculative-num-steps": 3,
                               "speculative-num-draft-tokens": 4, "sim-speedup": 1})
@@ -172,7 +172,7 @@ def test_best_writes_a_schedule_the_emulator_runs(tmp_path: Path):
     expected, last = {}, None
     for key, level in (("1", "1"), ("2", "8"), ("9", "32")):  # one running batch per level (48 fit every chain)
         best = max(f[level] for f in figures.values())
-        steps = sorted(s for s, f in figures.items() if f[level] >= 0.9 * best)
+        steps = sorted(s for s, f in figures.items() if f[level] >= 0.8 * best)
         if steps != last:  # a level with the same chains as the slot before it is served by that slot
             expected[key] = {"candidate_steps": steps}
         last = steps

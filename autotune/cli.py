@@ -1,9 +1,11 @@
 """The `autotune` command line: click commands that parse options, call one function and print."""
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import shlex
 import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -55,14 +57,25 @@ class Seconds(click.ParamType):
 
 SECONDS = Seconds()
 JSON = click.option("--json", "as_json", is_flag=True, help="Print one JSON document.")
+PROCESSES = click.option("--processes", type=click.IntRange(min=0, max=256), default=None, metavar="N",
+                         help="The load generator's processes per concurrency level ([workload] processes; "
+                              "0: what its machine can spare).")
 
 
-def _plan(study_name: str, target: str | None = None, trials: int | None = None) -> Plan:
+def _with_processes(spec: StudySpec, processes: int | None) -> StudySpec:
+    """``spec`` with ``--processes`` in place of its [workload] processes."""
+    if processes is None:
+        return spec
+    return dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, processes=processes))
+
+
+def _plan(study_name: str, target: str | None = None, trials: int | None = None,
+          processes: int | None = None) -> Plan:
     """The study file checked offline for one target (see autotune.plan)."""
     from autotune.plan import make_plan
     from autotune.study import load_study
 
-    return make_plan(load_study(study_name), target, trials)
+    return make_plan(_with_processes(load_study(study_name), processes), target, trials)
 
 
 def _study(study_name: str, storage: str | None) -> tuple[StudySpec, optuna.Study]:
@@ -97,8 +110,10 @@ def cli() -> None:
 @click.option("--no-restore", is_flag=True, help="Leave the target as the last trial left it.")
 @click.option("--warm-start", "warm_start", default=None, metavar="OLD",
               help="A new study measures the best configs of study OLD (a name or file) first; no values are copied.")
+@PROCESSES
 def run(study_name: str, trials: int | None, timeout: float | None, until: str | None, storage: str | None,
-        target_name: str | None, all_targets: bool, no_restore: bool, warm_start: str | None) -> None:
+        target_name: str | None, all_targets: bool, no_restore: bool, warm_start: str | None,
+        processes: int | None) -> None:
     """Create or resume the study and tune until its budget or deadline."""
     from autotune.plan import make_plan
     from autotune.study import load_study
@@ -106,16 +121,29 @@ def run(study_name: str, trials: int | None, timeout: float | None, until: str |
     from autotune.workers import run_all_targets
 
     options = RunOptions(trials=trials, timeout=timeout, until=until, storage=storage, target=target_name,
-                         restore=not no_restore, warm_start=warm_start)
-    spec = load_study(study_name)
+                         restore=not no_restore, warm_start=warm_start, processes=processes)
+    spec = _with_processes(load_study(study_name), processes)
     if not all_targets:
-        Tuner(make_plan(spec, target_name, trials), options).run()
+        summary = Tuner(make_plan(spec, target_name, trials), options).run()
+        _next_steps(study_name)
+        if summary.stopped_by == "client_bound":
+            sys.exit(1)
         return
     if target_name is not None:
         raise UserError("--all-targets and --target exclude each other")
     for name in spec.targets:  # every worker's input is checked before any starts
         make_plan(spec, name, trials)
-    sys.exit(run_all_targets(spec, options.flags()))
+    status = run_all_targets(spec, options.flags())
+    _next_steps(study_name)
+    sys.exit(status)
+
+
+def _next_steps(study_name: str) -> None:
+    """What to look at once a run ends."""
+    name = shlex.quote(study_name)
+    click.echo(f"next: autotune best --study {name}                the best config and its command line\n"
+               f"      autotune report --study {name} --out report  trials.csv, summary.md and plots\n"
+               f"      autotune dashboard --study {name}           every trial in optuna-dashboard")
 
 
 @cli.command()
@@ -133,7 +161,7 @@ def validate(study_name: str) -> None:
                f"a budget of {spec.trials} launches, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
                f"{len(plan.prompts)} prompts")
-    for params in plan.starting_points:
+    for params in plan.opening:
         click.echo(f"  starting point: {plan.engine.describe(params)}")
 
 
@@ -299,12 +327,13 @@ def dashboard(study_name: str, storage: str | None, host: str, port: int, allow_
 @STUDY
 @TARGET
 @JSON
-def bench(study_name: str, target_name: str | None, as_json: bool) -> None:
+@PROCESSES
+def bench(study_name: str, target_name: str | None, as_json: bool, processes: int | None) -> None:
     """Measure the server deployed now with the study's workload; deploys nothing."""
     from autotune import commands
     from autotune.record import figures_text
 
-    result = commands.bench(_plan(study_name, target_name))
+    result = commands.bench(_plan(study_name, target_name, processes=processes))
     if as_json:
         _print_json(result)
         return

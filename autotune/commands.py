@@ -17,7 +17,8 @@ from autotune.plan import Plan
 from autotune.record import TrialRecord
 from autotune.score import metrics_of
 from autotune.storage import load_existing_study
-from autotune.targets import Target, make_target
+from autotune.targets import Target, make_target, measuring
+from autotune.targets.measuring import load_generator
 from autotune import record, results
 
 T = TypeVar("T")
@@ -60,13 +61,15 @@ def bench(plan: Plan) -> dict[str, Any]:
         try:
             # prompts in a fixed order (seed 0): two runs against the same server send the same requests
             m = Bench(base_url, plan.engine, plan.spec.workload, plan.prompts, headers=plan.headers, seed=0,
-                      levels=plan.spec.levels).run()
+                      levels=plan.spec.levels,
+                      load=load_generator(target, base_url, plan.spec.workload.client)).run()
         except TrialFailure as e:
             raise UserError(f"measurement failed: {e}") from None
         levels = m.summaries()
         return {"url": base_url, "server": {n: info.applied.get(n) for n in plan.space.names},
                 "metrics": metrics_of(levels, len(m.repeats), info), "levels": levels}
     finally:
+        measuring.close(target)
         target.close()
 
 

@@ -42,6 +42,7 @@ REASONS: dict[str, bool] = {
     "stalled": True,             # stopped streaming while measured
     "errors": True,              # answered requests with errors while measured
     "constraints": True,         # measured, but outside the study's [constraints]
+    "oom_predicted": True,       # at least as large as a config that ran out of memory; never deployed
     "given_up": True,            # failed for the infrastructure after its retry; never deployed again
     "wrong_args": False,         # the server on the port runs other args than requested (a stale server)
     "port_busy": False,          # another process still holds the port

@@ -3,7 +3,7 @@ or measures): the engine, the target, the space and its baseline, the prompts, t
 connects anywhere or writes anything; every problem is a ``UserError``."""
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from autotune.bench.workload import load_prompts
@@ -27,11 +27,22 @@ class Plan:
     #: distinct effective configs in the space (a lower bound when ``at_least``)
     valid_configs: int
     at_least: bool
-    #: the configs a new study queues right after the baseline (as many as the budget holds beside it)
+    #: the engine's starting points for the space (``opening``: the ones a new study measures)
     starting_points: list[dict[str, ArgValue]]
     budget: int
     #: the tuner's own search (a bench may run it with other settings)
     search: SearchSettings = field(default_factory=SearchSettings)
+
+    @property
+    def opening(self) -> list[dict[str, ArgValue]]:
+        """The starting points a new study measures after the baseline: the first ones, as many as the search's
+        settings say, or the ones they pick by their place in the engine's list."""
+        chosen = self.search.starting_points
+        if isinstance(chosen, tuple):
+            points = [self.starting_points[i] for i in chosen if i < len(self.starting_points)]
+        else:
+            points = self.starting_points[:chosen]
+        return points[:max(0, self.budget - 1)]
 
     @property
     def startup(self) -> int:
@@ -55,7 +66,7 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
     if spec.missing:
         raise UserError(f"{spec.path}: {spec.missing[0]}")
     engine = get_engine(spec.engine.kind)
-    target_spec = spec.target(target)
+    target_spec = replace(spec.target(target), engine=engine.kind)
     port = spec.engine.args.get(engine.port_flag)
     if port is not None and port != target_spec.server_port:
         raise UserError(f"{spec.path}: [engine.args] {engine.port_flag} = {port} but the target's server_port is "
@@ -70,4 +81,4 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
     budget = trials or spec.trials
     return Plan(spec=spec, engine=engine, target=target_spec, space=space, baseline=baseline,
                 prompts=load_prompts(spec.workload.prompts, spec.directory), valid_configs=valid, at_least=at_least,
-                starting_points=initial_design(spec, space)[:max(0, budget - 1)], budget=budget)
+                starting_points=initial_design(spec, space), budget=budget)

@@ -40,7 +40,7 @@ def start(study: optuna.Study, plan: Plan, warm: Sequence[Proposal] | None = Non
     starting points, recorded as the study's opening and queued one at a time (``queue_next``)."""
     enqueue(study, plan.space.internal(plan.space.baseline_params()), "baseline")
     opening = list(warm) if warm is not None else [
-        Proposal(plan.space.internal(p), "starting_point") for p in plan.starting_points]
+        Proposal(plan.space.internal(p), "starting_point") for p in plan.opening]
     record.study.set_opening(study, [{"params": dict(q.params), "role": q.role, "origin": q.origin}
                                      for q in opening])
 

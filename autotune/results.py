@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import record
+from autotune import client_limit, record
 from autotune.record import TrialRecord
 
 FINISHED = (TrialState.COMPLETE, TrialState.PRUNED, TrialState.FAIL)
@@ -31,9 +31,11 @@ def launches(trials: list[FrozenTrial]) -> list[FrozenTrial]:
 
 def given_up(trials: list[FrozenTrial]) -> dict[str, FrozenTrial]:
     """Configs whose launch failed for the infrastructure even after its one retry, by config key (with that last
-    failed launch). Launching one again would pay for the same failure: a config fast enough to outrun the client,
-    say, ends ``client_bound`` every time."""
-    return {k: t for t in launches(trials) if t.state == TrialState.FAIL for k in record.config_keys(t) if k}
+    failed launch). Launching one again would pay for the same failure. Never a config that failed because the
+    measuring client fell behind it (``client_limit``): that is the machine's condition, and the fastest configs
+    would be the ones given up on."""
+    return {k: t for t in launches(trials) if t.state == TrialState.FAIL and not client_limit.blames_machine(t)
+            for k in record.config_keys(t) if k}
 
 
 def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:

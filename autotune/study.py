@@ -105,6 +105,16 @@ class WorkloadSpec:
     max_repeats: int = 3
     #: objective "mix": concurrency level -> share of the time the server spends there (shares sum to 1)
     mix: dict[int, float] = field(default_factory=dict)
+    #: the load generator's worker processes per concurrency level (0: what its machine can spare)
+    processes: int = 0
+    #: where the concurrency levels' load generator runs (CLIENTS)
+    client: str = "auto"
+
+
+#: where a concurrency level's load generator can run: "local" on this machine, through the target's own way to the
+#: server (for SSH targets with a tunnel, autotune's port forward); "openssh" on this machine through an OpenSSH
+#: `ssh -L` forward (SSH targets); "target" on the target host itself (SSH targets); "auto" picks for the target
+CLIENTS = ("auto", "local", "openssh", "target")
 
 
 @dataclass(frozen=True)
@@ -409,7 +419,8 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
     w = v.table(data, "workload")
     where = "workload"
     v.only(w, where, ("prompts", "max_tokens", "temperature", "concurrency", "requests", "window_generations",
-                      "warmup", "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats", "mix"))
+                      "warmup", "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats", "mix",
+                      "processes", "client"))
     conc = v.get(w, where, "concurrency", list, [1, 8, 32])
     if not conc or not all(isinstance(c, int) and not isinstance(c, bool) and c >= 1 for c in conc):
         v.fail(where, "concurrency", f"must be a non-empty list of positive integers, got {conc!r}")
@@ -431,7 +442,12 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
         stall_timeout=v.number(w, where, "stall_timeout", 30.0, low=0.5, high=86400),
         tolerance=v.number(w, where, "tolerance", 0.03, low=0.001, high=1),
         min_repeats=min_rep, max_repeats=max_rep, mix=_mix(w, v, conc),
+        processes=v.integer(w, where, "processes", 0, low=0, high=256), client=_client(w, v),
     )
+
+
+def _client(w: dict[str, Any], v: Reader) -> str:
+    return v.choice(w, "workload", "client", CLIENTS, "auto")
 
 
 def _mix(w: dict[str, Any], v: Reader, levels: list[int]) -> dict[int, float]:

@@ -39,10 +39,11 @@ def is_emulator(command: list[str]) -> bool:
     return bool(command) and (Path(command[0]).name == "autotune-sim" or "autotune.sim" in command[1:3])
 
 
-def study_surface(plan: Plan) -> dict[str, Any]:
+def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]:
     """The truth for the study's workload, for every distinct config of its space (the baseline first), as the JSON
-    document `autotune sim surface --study --json` prints. Raises ``UserError`` for a study that does not run the
-    emulator or whose space is too large to survey."""
+    document `autotune sim surface --study --json` prints; ``runs``: how long the virtual runs are (truth.QUICK for
+    benches over many hosts). Raises ``UserError`` for a study that does not run the emulator or whose space is too
+    large to survey."""
     spec, w = plan.spec, plan.spec.workload
     if spec.engine.kind != "sglang" or not is_emulator(spec.engine.command):
         raise UserError(f"{spec.path}: the study's server is not the emulator ({' '.join(spec.engine.command)}); "
@@ -61,8 +62,8 @@ def study_surface(plan: Plan) -> dict[str, Any]:
     lengths = [len(encode(p, vocab)) for p in plan.prompts]
     levels = sorted({1, *w.concurrency})
     argvs = [plan.engine.render([], c.args) for c in candidates.values()]
-    jobs = (argvs, [lengths] * len(argvs), [w.max_tokens] * len(argvs), [levels] * len(argvs),
-            [w.temperature] * len(argvs))
+    n = len(argvs)
+    jobs = (argvs, [lengths] * n, [w.max_tokens] * n, [levels] * n, [w.temperature] * n, [0] * n, [runs] * n)
     if len(argvs) > PARALLEL_FROM:
         with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
             found = list(pool.map(truth.figures, *jobs, chunksize=4))

@@ -19,7 +19,7 @@ from types import FrameType
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import queue, record, results
+from autotune import client_limit, queue, record, results
 from autotune.artifacts import open_store
 from autotune.budget import AdmissionLock, admit
 from autotune.bringup import deploy_trial, restore_original
@@ -53,12 +53,13 @@ class RunOptions:
     target: str | None = None        # which [targets.NAME] to run on
     restore: bool = True             # leave the target running the best (or original) config
     warm_start: str | None = None    # a study whose best configs a new study measures first
+    processes: int | None = None     # the load generator's processes (overrides [workload] processes)
 
     def flags(self) -> list[str]:
         """The `autotune run` flags that ask for these options again (for another worker of the study)."""
         out: list[str] = []
         for flag, value in (("--trials", self.trials), ("--timeout", self.timeout), ("--until", self.until),
-                            ("--storage", self.storage)):
+                            ("--storage", self.storage), ("--processes", self.processes)):
             if value is not None:
                 out += [flag, str(value)]
         return out if self.restore else [*out, "--no-restore"]
@@ -228,6 +229,12 @@ class Tuner:
             if failed and TrialRecord.of(trial).reason == "baseline_pending":
                 self._sleep(WAIT_FOR_OTHERS)  # the study's order, not a failing host: no backoff
                 continue
+            stop = client_limit.verdict(study.get_trials(deepcopy=False))
+            if stop is not None:
+                log.error("%s", stop)
+                return "client_bound"
+            if failed and client_limit.blames_machine(trial):
+                continue  # the measuring machine's condition: waiting does not cure it
             backoff = min(BACKOFF_CAP, backoff * 2 or BACKOFF_START) if failed else 0.0
             self._sleep(backoff)
 

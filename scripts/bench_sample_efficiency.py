@@ -32,9 +32,18 @@ launch standing in for a server: the truth plus Gaussian noise (each launch's si
 launches against the truth show; each config by a fixed bias of sd 0.5%). It screens setups over many seeds in
 seconds; it is not the evidence.
 
+Random hosts: --random N draws N seeds from the clock (printed, and kept in OUT/hosts.txt) for `autotune sim profile
+--random SEED`, writes each host's profile to OUT/hosts/, and gives it a speedup at which its baseline runs
+concurrency 32 at about 7.5k tok/s by the closed form, like the named profiles; --random-seeds repeats a printed
+draw. With random hosts the report leads with the distribution: every study of the random hosts, of those where one
+of the engine's starting points fails for memory, and of each named profile; the five worst random hosts with what
+they are. --closed takes the emulator's closed form (autotune.sim.surface) as the truth instead of `sim surface
+--study` (minutes per host): a screen, said so in the table's title. --truth-only computes the truths and stops.
+
 Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,...] [--modes weighted,concurrent]
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
-           [--report] [--requests 32] [--generations 4]
+           [--report] [--requests 32] [--generations 4] [--random N | --random-seeds S1,S2,...] [--closed]
+           [--truth-only]
 Results go to DIR/emulator/results.jsonl (DIR/surrogate/ with --surrogate; a name such as emulator-r128-g1 for other
 --requests or --generations), one line per study; a run skips the studies already there, so it can be resumed
 or extended, and the table is printed from everything in the file that matches the selection (--report prints it
@@ -72,11 +81,16 @@ from autotune.plan import make_plan  # noqa: E402
 from autotune.record import TrialRecord  # noqa: E402
 from autotune.pruning import make_pruner  # noqa: E402
 from autotune.search import SearchSettings, make_sampler  # noqa: E402
-from autotune.sim.surface import DRAFT, STEPS, TOPK  # noqa: E402
+from autotune.sim import model as sim_model  # noqa: E402
+from autotune.sim.profile import load_profile  # noqa: E402
+from autotune.sim.random_profile import draw  # noqa: E402
+from autotune.engines.sglang import SGLang  # noqa: E402
+from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
 from autotune.study import load_study  # noqa: E402
 from autotune.trial import Objective  # noqa: E402
 from autotune.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
+from autotune.sim.truth import FULL, QUICK  # noqa: E402
 from autotune.truth import by_key, study_surface  # noqa: E402
 from tests.conftest import free_port  # noqa: E402
 from tests.studies import SPEC_SPACE  # noqa: E402
@@ -103,7 +117,44 @@ PROFILES: dict[str, dict[str, Any]] = {
                  "concurrency": 32},
     "qwen14b": {"model": "/shared/models/Qwen3-14B-AWQ", "tp": 1, "speedup": 7, "concurrency": 32},
 }
-#: sampler setups: [study] keys (a missing key is autotune's default)
+#: a random host's speedup is chosen, like the named profiles', so that concurrency 32 runs at about this many tok/s
+#: at the baseline (the emulator's closed form for the bench's request shape)
+RANDOM_C32_TOK_S = 7500.0
+#: the builtin prompts' mean length in tokens, for the closed form (the truth uses the prompts themselves)
+PROMPT_TOKENS = 40
+
+
+def random_host(seed: int, out: Path) -> str:
+    """Register the random host of ``seed`` (`autotune sim profile --random SEED`): its profile file in OUT/hosts/,
+    its tp, and a speedup like the named profiles'. Returns its name."""
+    name = f"random-{seed}"
+    if name in PROFILES:
+        return name
+    host = draw(seed)
+    path = out / "hosts" / f"{name}.toml"
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(host.toml())
+    profile = load_profile(str(path))
+    base = sim_model.figures(profile, sim_model.Config(tp=host.tp, spec=sim_model.Spec(1, 1, 2),
+                                                       max_running_requests=sim_model.SPEC_DEFAULT_MAX_RUNNING_REQUESTS),
+                             32, PROMPT_TOKENS, MAX_TOKENS)
+    speedup = float(f"{RANDOM_C32_TOK_S / max(base.concurrent_tok_s, 1e-9):.3g}")
+    PROFILES[name] = {"model": "/models/random", "tp": host.tp, "speedup": speedup, "concurrency": 32,
+                      "sim_profile": str(path.resolve()), "describe": host.describe(), "seed": seed}
+    return name
+
+
+def clock_seeds(n: int) -> tuple[int, list[int]]:
+    """``n`` host seeds drawn from the clock (never chosen by hand): (the clock reading, the seeds)."""
+    clock = time.time_ns()
+    rng = random.Random(clock)
+    return clock, [rng.randrange(10 ** 9) for _ in range(n)]
+
+
+#: the search's settings until the whole-space model
+LOCAL = {"scope": "local", "starting_points": None, "physics": False}
+#: sampler setups: [study] keys (a missing key is autotune's default); "_search": SearchSettings fields
 SETUPS: dict[str, dict[str, Any]] = {
     "default": {},
     "tpe-random-start": {"initial_design": "random"},
@@ -111,20 +162,49 @@ SETUPS: dict[str, dict[str, Any]] = {
     "gp": {"sampler": "gp"},
     "random": {"sampler": "random"},
     "random-fixed": {"sampler": "random", "ranges": "fixed"},
-    # the tuner's own proposals (autotune.search's SearchSettings) and the startup changed: the alternatives the
-    # default was chosen over
-    "no-local": {"_search": {"neighbour_every": 0}},
-    "local-half": {"_search": {"neighbour_every": 2}},
-    "no-confirm": {"_search": {"confirm_at_most": 0}},
-    "no-rivals": {"_search": {"rivals_neighbours": False}},
-    # which neighbour first (the local model): at random; by the model's mean alone, or with more optimism; one long
-    # length scale instead of the likeliest
-    "random-neighbour": {"_search": {"min_points": 10 ** 9}},
-    "kappa0": {"_search": {"kappa": 0.0}},
-    "kappa2": {"_search": {"kappa": 2.0}},
-    "long-scale": {"_search": {"lengthscales": (0.6,)}},
-    "s4": {"startup_trials": 4},
-    "s8": {"startup_trials": 8},
+    # the search until the whole-space model (scope local: neighbours of the leader and of its close rivals, after
+    # the baseline and all six starting points), and the alternatives that one was chosen over
+    "previous": {"startup_trials": 6, "_search": {**LOCAL, "oom_in_model": True}},
+    "local": {"startup_trials": 6, "_search": LOCAL},
+    "no-local": {"startup_trials": 6, "_search": {**LOCAL, "neighbour_every": 0}},
+    "local-half": {"startup_trials": 6, "_search": {**LOCAL, "neighbour_every": 2}},
+    "no-confirm": {"startup_trials": 6, "_search": {**LOCAL, "confirm_at_most": 0}},
+    "no-rivals": {"startup_trials": 6, "_search": {**LOCAL, "rivals_neighbours": False}},
+    "random-neighbour": {"startup_trials": 6, "_search": {**LOCAL, "min_points": 10 ** 9}},
+    "kappa0": {"startup_trials": 6, "_search": {**LOCAL, "kappa": 0.0}},
+    "kappa2": {"startup_trials": 6, "_search": {**LOCAL, "kappa": 2.0}},
+    "long-scale": {"startup_trials": 6, "_search": {**LOCAL, "lengthscales": (0.6,)}},
+    "s4": {"startup_trials": 4, "_search": LOCAL},
+    "s8": {"startup_trials": 8, "_search": LOCAL},
+    "local-oom-in-model": {"startup_trials": 6, "_search": {**LOCAL, "oom_in_model": True, "shrink_after_oom": False}},
+    "local-shrink": {"startup_trials": 6, "_search": {**LOCAL, "shrink_after_oom": True}},
+    # the whole-space model (the default: the 3-step chain and a topk-2 tree, then expected improvement times the
+    # chance of fitting, over the physics prior once six trees are measured) against: a memory failure counted in
+    # the objective's model at the worst value seen; the same tree measured right below a memory failure; other
+    # openings; no physics, or physics from 3 or 8 trees; other acquisitions, kernels and coordinates
+    "oom-in-model": {"_search": {"oom_in_model": True}},
+    "shrink": {"_search": {"shrink_after_oom": True}},
+    "global-s6": {"startup_trials": 6, "_search": {"starting_points": None, "physics": False}},
+    "global-s3": {"_search": {"starting_points": 3, "model_from": 4, "physics": False}},
+    "global-chains": {"_search": {"starting_points": 2, "physics": False}},
+    "global-s1": {"_search": {"starting_points": 1, "model_from": 2, "physics": False}},
+    "open-tree2": {"_search": {"physics": False}},
+    "open-tree4": {"_search": {"starting_points": (0, 4), "physics": False}},
+    "physics-s6": {"startup_trials": 6, "_search": {"physics_from": 3, "starting_points": None}},
+    "physics-s3": {"_search": {"physics_from": 3, "starting_points": 3, "model_from": 4}},
+    "physics-s2-m3": {"_search": {"physics_from": 3, "starting_points": 2}},
+    "physics-m6": {"_search": {"starting_points": 2}},
+    "physics-m8": {"_search": {"starting_points": 2, "physics_from": 8}},
+    "ucb": {"_search": {"acquisition": "ucb", "kappa": 2.0, "starting_points": 2, "physics": False}},
+    "signal": {"_search": {"min_signal": 0.003, "starting_points": 2, "physics": False}},
+    "hybrid2": {"_search": {"local_every": 2, "starting_points": 2, "physics": False}},
+    "hybrid3": {"_search": {"local_every": 3, "starting_points": 2, "physics": False}},
+    "geo-linear": {"_search": {"geometry": "linear", "starting_points": 2, "physics": False}},
+    "geo-log": {"_search": {"geometry": "log", "starting_points": 2, "physics": False}},
+    "draft-linear": {"_search": {"geometry": "draft-linear", "starting_points": 2, "physics": False}},
+    "draft-log": {"_search": {"geometry": "draft-log", "starting_points": 2, "physics": False}},
+    "ls-long": {"_search": {"lengthscales": (0.25, 0.4, 0.7, 1.2), "starting_points": 2, "physics": False}},
+    "ls-035": {"_search": {"lengthscales": (0.35,), "starting_points": 2, "physics": False}},
 }
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"
@@ -175,24 +255,47 @@ class Truth:
         return self.hypervolume([k for k, fit in self.fits.items() if fit])
 
 
-def truth_of(profile: str, out: Path) -> Truth:
+def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
     """The truth for the bench's workload on ``profile``: `autotune sim surface --study` for its study file (the
     emulator's own scheduler driven by a perfect client with the same prompts, max_tokens and levels, noise off),
-    for every config of the space; computed once per profile and speedup and kept in OUT/truth/ (it takes minutes)."""
-    cache = out / "truth" / f"{profile}-x{PROFILES[profile]['speedup']:g}.json"
+    for every config of the space; computed once per profile and speedup and kept in OUT/truth/ (it takes minutes; a
+    random host's with the shorter virtual runs of autotune.sim.truth.QUICK, which settle to about 0.5%, three times
+    sooner). ``closed``: the emulator's closed form instead (autotune.sim.surface, for the builtin prompts' mean
+    length and the bench's max_tokens; a fraction of a second), to screen designs on many hosts; never the final
+    tables'."""
+    quick = profile.startswith("random-")
+    kind = "closed-" if closed else "quick-" if quick else ""
+    cache = out / "truth" / f"{kind}{profile}-x{PROFILES[profile]['speedup']:g}.json"
     if not cache.exists():
         cache.parent.mkdir(parents=True, exist_ok=True)
         path = write_study(cache.parent, profile, "weighted", "default", 0, 15)
         # the same server under its own name (the studies run it under another: see EMULATOR)
         path.write_text(re.sub(r"(?m)^command = .*$", 'command = ["autotune-sim"]', path.read_text()))
         plan = make_plan(load_study(str(path)))
-        cache.write_text(json.dumps(study_surface(plan)))
-    surface = json.loads(cache.read_text())
-    rows = surface["configs"]
+        document = closed_surface(profile) if closed else study_surface(plan, QUICK if quick else FULL)
+        tmp = cache.with_suffix(".tmp")
+        tmp.write_text(json.dumps(document))
+        tmp.rename(cache)
+    surface_ = json.loads(cache.read_text())
+    rows = surface_["configs"]
     key = lambda r: (r["params"][STEPS], r["params"][TOPK], r["params"][DRAFT])  # noqa: E731
     return Truth(single={key(r): r["single_tok_s"] for r in rows},
                  concurrent={key(r): r["concurrent_tok_s"] for r in rows}, fits={key(r): r["fits"] for r in rows},
-                 surface=surface)
+                 surface=surface_)
+
+
+def closed_surface(profile: str) -> dict[str, Any]:
+    """The closed form's figures for the bench's workload in `autotune sim surface --study --json`'s shape."""
+    p = PROFILES[profile]
+    prof = load_profile(p.get("sim_profile", profile))
+    rows = []
+    for r in surface(prof, 32, prompt_tokens=PROMPT_TOKENS, output_tokens=MAX_TOKENS)["configs"]:
+        single, concurrent = r["single_tok_s"] * p["speedup"], r["concurrent_tok_s"] * p["speedup"]
+        rows.append({"params": r["params"], "baseline": tuple(r["params"].values()) == (1, 1, 2),
+                     "single_tok_s": single, "concurrent_tok_s": concurrent,
+                     "level_tok_s": {"1": single, "32": concurrent}, "accept_length": r["accept_length"],
+                     "max_running_requests": r["max_running_requests"], "fits": r["fits"]})
+    return {"study": profile, "speedup": p["speedup"], "configs": rows}
 
 
 def config_of(t: FrozenTrial) -> tuple[int, int, int] | None:
@@ -315,7 +418,7 @@ speculative-algorithm = "EAGLE"
 speculative-num-steps = 1
 speculative-eagle-topk = 1
 speculative-num-draft-tokens = 2
-sim-profile = "{profile}"
+sim-profile = "{p.get('sim_profile', profile)}"
 sim-time-scale = 0.003
 sim-speedup = {p['speedup']}
 {SPEC_SPACE}
@@ -436,6 +539,102 @@ def table(rows: list[dict[str, Any]], profiles: list[str], modes: list[str], set
     return "\n".join(lines)
 
 
+def oom_start_hosts(profiles: list[str], truths: dict[str, Truth]) -> set[str]:
+    """Hosts where one of the engine's starting points (the product's own, for the default space) fails for
+    memory."""
+    points = [key_of(p) for p in SGLang().starting_points(DEFAULT_SPACE, {"speculative-algorithm": "EAGLE"})]
+    return {h for h in profiles if any(not truths[h].fits.get(k, True) for k in points)}
+
+
+def quantile(values: list[float], q: float) -> float:
+    """The value that a share ``q`` of ``values`` is at or below (nearest rank)."""
+    ordered = sorted(values)
+    return ordered[max(0, math.ceil(q * len(ordered)) - 1)] if ordered else math.nan
+
+
+def distribution_table(rows: list[dict[str, Any]], profiles: list[str], modes: list[str], setups: list[str],
+                       cap: int, truths: dict[str, Truth]) -> str:
+    """Per group of hosts (the random ones, those of them where a starting point fails for memory, each named
+    profile), mode and setup, over every study (hosts x seeds): the median launch at which the pick came within 2%,
+    the share of studies within 2% by ``cap``, the worst decile's and the median pick after ``cap`` launches, and
+    the worst study."""
+    randoms = [p for p in profiles if p.startswith("random-")]
+    oom = oom_start_hosts(randoms, truths)
+    groups = ([(f"random hosts ({len(randoms)})", set(randoms))] if randoms else [])
+    groups += [(f"OOM-start hosts ({len(oom)})", oom)] if oom else []
+    groups += [(p, {p}) for p in profiles if not p.startswith("random-")]
+    head = (f"{'hosts':<22} {'mode':<10} {'setup':<18} {'studies':>7} {'median':>6} {'within 2% by ' + str(cap):>16}"
+            f" {'p10 pick':>8} {'median pick':>11}  worst study (host seed: pick, launches to 2%)")
+    lines = [head, "-" * len(head)]
+    for label, hosts in groups:
+        for m in modes:
+            for s in setups:
+                sel = [r for r in rows if r["profile"] in hosts and (r["mode"], r["setup"]) == (m, s)]
+                if not sel:
+                    continue
+                reached = sum(r["reached_at"] is not None for r in sel)
+                final = [(r["picks"][min(cap, len(r["picks"])) - 1] or 0.0) if r.get("picks") else 0.0 for r in sel]
+                worst = min(zip(final, sel, strict=True), key=lambda x: (x[0], -(x[1]["reached_at"] or 99)))
+                w = worst[1]
+                lines.append(f"{label:<22} {m:<10} {s:<18} {len(sel):>7} {fmt(median_of(sel), cap):>6} "
+                             f"{f'{reached}/{len(sel)} ({reached / len(sel):.0%})':>16} {quantile(final, 0.1):>8.3f}"
+                             f" {statistics.median(final):>11.3f}  {w['profile']} {w['seed']}: {worst[0]:.3f}, "
+                             f"{w['reached_at'] or '>' + str(cap)}")
+    return "\n".join(lines)
+
+
+def setups_table(rows: list[dict[str, Any]], profiles: list[str], modes: list[str], setups: list[str], cap: int,
+                 truths: dict[str, Truth]) -> str:
+    """One line per setup over the random hosts and those of them where a starting point fails for memory, each mode:
+    median launches to 2%, the share of studies within 2% by ``cap``, the worst decile's pick after ``cap``."""
+    randoms = [p for p in profiles if p.startswith("random-")]
+    groups = [("random", set(randoms)), ("OOM start", oom_start_hosts(randoms, truths))]
+    cols = [(g, hosts, m) for g, hosts in groups for m in modes]
+    head = f"{'setup':<18} " + " ".join(f"{g + ' ' + m:>22}" for g, _, m in cols)
+    under = f"{'median  by ' + str(cap) + '    p10':>22}"
+    lines = [head, f"{'':<18} " + " ".join(under for _ in cols), "-" * len(head)]
+    for s in setups:
+        cells = []
+        for _, hosts, m in cols:
+            sel = [r for r in rows if r["profile"] in hosts and (r["mode"], r["setup"]) == (m, s)]
+            if not sel:
+                cells.append(f"{'-':>22}")
+                continue
+            reached = sum(r["reached_at"] is not None for r in sel) / len(sel)
+            final = [(r["picks"][min(cap, len(r["picks"])) - 1] or 0.0) if r.get("picks") else 0.0 for r in sel]
+            cells.append(f"{fmt(median_of(sel), cap):>6} {reached:>8.0%} {quantile(final, 0.1):>6.3f}")
+        lines.append(f"{s:<18} " + " ".join(f"{c:>22}" for c in cells))
+    return "\n".join(lines)
+
+
+def worst_hosts(rows: list[dict[str, Any]], profiles: list[str], modes: list[str], setup: str, cap: int,
+                truths: dict[str, Truth], count: int = 5) -> str:
+    """The ``count`` random hosts (and modes) whose studies did worst under ``setup`` (lowest median pick after
+    ``cap``, then latest median launch), with what the host is."""
+    oom = oom_start_hosts(profiles, truths)
+    cells = []
+    for h in (p for p in profiles if p.startswith("random-")):
+        for m in modes:
+            sel = [r for r in rows if (r["profile"], r["mode"], r["setup"]) == (h, m, setup)]
+            if not sel:
+                continue
+            final = [(r["picks"][min(cap, len(r["picks"])) - 1] or 0.0) if r.get("picks") else 0.0 for r in sel]
+            cells.append((statistics.median(final), -median_of(sel), h, m, sel, final))
+    cells.sort(key=lambda c: (c[0], c[1]))
+    lines = [f"{'host':<17} {'mode':<10} {'median':>6} {'reached':>7} {'median pick':>11} {'worst':>6}  "
+             f"{'optimum':>9} {'gain':>5} {'fit':>4} {'oom start':>9}  host"]
+    for _, _, h, m, sel, final in cells[:count]:
+        truth = truths[h]
+        best = max((k for k, fit in truth.fits.items() if fit), key=lambda k: truth.value(m, k))
+        fit = sum(truth.fits.values()) / len(truth.fits)
+        reached = sum(r["reached_at"] is not None for r in sel)
+        lines.append(f"{h:<17} {m:<10} {fmt(median_of(sel), cap):>6} {f'{reached}/{len(sel)}':>7} "
+                     f"{statistics.median(final):>11.3f} {min(final):>6.3f}  {'{},{},{}'.format(*best):>9} "
+                     f"{truth.value(m, best) / truth.value(m, truth.base):>5.2f} {fit:>4.0%} "
+                     f"{'yes' if h in oom else 'no':>9}  {PROFILES[h].get('describe', '')}")
+    return "\n".join(lines)
+
+
 def trials_table(rows: list[dict[str, Any]], profiles: list[str], modes: list[str], setups: list[str]) -> str:
     """Median trials and launches per study as run (a trial that reuses or is rejected costs no launch)."""
     lines = [f"{'profile':<9} {'mode':<10} " + " ".join(f"{s:>16}" for s in setups)]
@@ -459,7 +658,15 @@ def seeds_of(text: str) -> list[int]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--profiles", default=",".join(PROFILES))
+    ap.add_argument("--profiles", default=",".join(PROFILES), help="named profiles ('' for none)")
+    ap.add_argument("--random", type=int, default=0, metavar="N",
+                    help="N random hosts (`autotune sim profile --random SEED`), seeds drawn from the clock")
+    ap.add_argument("--random-seeds", default="", metavar="S1,S2,...",
+                    help="random hosts of these seeds (a printed run, repeated); OUT/hosts.txt: every host so far")
+    ap.add_argument("--closed", action="store_true",
+                    help="with --surrogate: the closed form as the truth (screening only; the tables' truth is "
+                         "`sim surface --study`'s)")
+    ap.add_argument("--truth-only", action="store_true", help="compute the hosts' truths (niced) and stop")
     ap.add_argument("--modes", default="weighted,concurrent")
     ap.add_argument("--setups", default="default")
     ap.add_argument("--seeds", default="10", help="N (seeds 0..N-1) or A-B")
@@ -472,7 +679,18 @@ def main() -> None:
     ap.add_argument("--generations", type=int, default=GENERATIONS,
                     help="each concurrency level's window, in generations of requests (c each)")
     args = ap.parse_args()
-    profiles, modes, setups = args.profiles.split(","), args.modes.split(","), args.setups.split(",")
+    profiles = [p for p in args.profiles.split(",") if p]
+    modes, setups = args.modes.split(","), args.setups.split(",")
+    seeds_random = [int(x) for x in args.random_seeds.split(",") if x]
+    if args.random:
+        clock, drawn = clock_seeds(args.random)
+        print(f"random hosts: seeds drawn from the clock ({clock}): {','.join(map(str, drawn))}", flush=True)
+        seeds_random += drawn
+    if args.random:
+        args.out.mkdir(parents=True, exist_ok=True)
+        with open(args.out / "hosts.txt", "a") as f:
+            f.write(",".join(map(str, drawn)) + "\n")
+    profiles += [random_host(seed, args.out) for seed in seeds_random]
     for name, known in ((profiles, PROFILES), (modes, MODES), (setups, SETUPS)):
         unknown = [x for x in name if x not in known]
         if unknown:
@@ -489,7 +707,14 @@ def main() -> None:
     if args.surrogate and (args.requests not in SINGLE_NOISE or args.generations not in CONCURRENT_NOISE):
         ap.error(f"the surrogate knows the noise of --requests {', '.join(map(str, SINGLE_NOISE))} and "
                  f"--generations {', '.join(map(str, CONCURRENT_NOISE))} only")
-    name = "surrogate" if args.surrogate else "emulator"
+    if args.closed and not args.surrogate:
+        ap.error("--closed screens with the surrogate only")
+    if args.truth_only:
+        for p in profiles:
+            truth_of(p, args.out, args.closed)
+            print(f"truth of {p}: {args.out / 'truth'}", flush=True)
+        return
+    name = "surrogate-closed" if args.closed else "surrogate" if args.surrogate else "emulator"
     name += f"-r{args.requests}" if args.requests != REQUESTS else ""
     name += f"-g{args.generations}" if args.generations != GENERATIONS else ""
     out = args.out / name
@@ -498,7 +723,7 @@ def main() -> None:
     results_file = out / "results.jsonl"
     done = [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.exists() else []
     have = {(r["profile"], r["mode"], r["setup"], r["seed"], r["cap"]) for r in done}
-    truths = {p: truth_of(p, args.out) for p in profiles}
+    truths = {p: truth_of(p, args.out, args.closed) for p in profiles}
     todo = [(p, m, s, seed) for seed in seeds_of(args.seeds) for p in profiles for m in modes for s in setups
             if (p, m, s, seed, args.cap) not in have and not args.report]
     lock = threading.Lock()
@@ -534,9 +759,28 @@ def main() -> None:
           f"generations; {len(rows)} studies, "
           f"{wall / 3600:.1f} h of study time, "
           f"this run {(time.monotonic() - started) / 3600:.2f} h")
-    print(table(rows, profiles, modes, setups, args.cap, truths, sorted(seeds)))
-    print("\nper study, median trials / launches as run (reused and rejected configs are trials, not launches)")
-    print(trials_table(rows, profiles, modes, setups))
+    truth_kind = ("the emulator's closed form (screening)" if args.closed else
+                  "`autotune sim surface --study` (the emulator's scheduler)")
+    randoms = any(p.startswith("random-") for p in profiles)
+    print(f"\n{'the distribution: ' if randoms else ''}every study of each group of hosts (hosts x seeds); truth: "
+          f"{truth_kind}")
+    print(distribution_table(rows, profiles, modes, setups, args.cap, truths))
+    print()
+    if randoms:
+        if len(setups) > 1:
+            print(f"\nper setup: median launches to 2%, studies within 2% by launch {args.cap}, the worst decile's "
+                  f"pick after {args.cap}")
+            print(setups_table(rows, profiles, modes, setups, args.cap, truths))
+        for s in setups:
+            print(f"\nthe five worst random hosts under {s}")
+            print(worst_hosts(rows, profiles, modes, s, args.cap, truths))
+            print()
+    named = [p for p in profiles if not p.startswith("random-")]
+    if named:
+        print(table(rows, named, modes, setups, args.cap, truths, sorted(seeds)))
+    if named:
+        print("\nper study, median trials / launches as run (reused and rejected configs are trials, not launches)")
+        print(trials_table(rows, named, modes, setups))
     if not args.surrogate:
         print("\nevery launch's figures against the truth for its config (`autotune sim surface --study`), and the "
               "attempts retried because the client fell behind (client_bound: server starts the budget does not count)")

@@ -146,6 +146,7 @@ def test_run_on_a_terminal_shows_progress_between_clean_log_lines(tmp_path: Path
     assert "launch 2/2 (trial #1)" in text and "best 1 (trial 0)" in text
     lines, status = screen(text)
     assert status == ""
+    lines = lines[:-3] if lines[-3:] and lines[-3].startswith("next: autotune best") else lines  # the run's last word
     stamped = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d ")
     assert lines and all(stamped.match(line) for line in lines), [ln for ln in lines if not stamped.match(ln)]
     # trial 1, or its retry when a busy machine cut it short as client_bound

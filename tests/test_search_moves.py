@@ -1,7 +1,8 @@
-"""How the tuner picks its next neighbour (autotune/search/), on a study whose measurements are given: the move the
-measurements so far favour comes first, a leader with nothing left around it hands over to its close rivals, and a
-config whose launch failed for the infrastructure even after its retry is neither a neighbour nor a confirmation again,
-nor launched when the sampler proposes it. The whole search, on the emulator, is tests/test_search.py."""
+"""How the tuner picks its next neighbour (autotune/search/, ``scope = "local"``), on a study whose measurements are
+given: the move the measurements so far favour comes first, a leader with nothing left around it hands over to its
+close rivals, and a config whose launch failed for the infrastructure even after its retry is neither a neighbour nor
+a confirmation again, nor launched when the sampler proposes it. The whole search, on the emulator, is
+tests/test_search.py."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -11,6 +12,7 @@ import optuna
 
 from autotune import queue, record, search
 from autotune.plan import Plan, make_plan
+from autotune.search import SearchSettings
 from autotune.space import Space
 from autotune.study import load_study
 from autotune.targets import make_target
@@ -33,7 +35,8 @@ choices = [1, 2]
 def new_study(tmp_path: Path) -> tuple[optuna.Study, Plan]:
     """A study and its plan, with the local search starting after two launches."""
     spec = load_study(str(write_study(tmp_path, objective="concurrent", space=SPACE)))
-    return optuna.create_study(direction="maximize"), make_plan(replace(spec, startup_trials=2))
+    plan = make_plan(replace(spec, startup_trials=2))
+    return optuna.create_study(direction="maximize"), replace(plan, search=SearchSettings(scope="local"))
 
 
 def launch(trial: optuna.Trial, space: Space) -> None:
@@ -58,14 +61,14 @@ def measure(study: optuna.Study, plan: Plan, steps: int, topk: int, value: float
 
 def fail_for_the_infrastructure(study: optuna.Study, plan: Plan, steps: int, topk: int,
                                 role: str = "neighbour") -> None:
-    """A launch of (steps, topk) whose measurement the client could not keep up with, and its one retry, alike."""
+    """A launch of (steps, topk) whose SSH connection dropped, and its one retry, alike."""
     space = plan.space
     queue.enqueue(study, space.internal({STEPS: steps, TOPK: topk}), role)
     for _ in range(2):
         def objective(trial: optuna.Trial) -> float:
             launch(trial, space)
-            record.write.failed(trial, "client_bound", "the client fell behind the server")
-            raise RuntimeError("client_bound")
+            record.write.failed(trial, "ssh_lost", "the SSH connection to the target dropped")
+            raise RuntimeError("ssh_lost")
 
         study.optimize(objective, n_trials=1, catch=(RuntimeError,))
         attempt = study.get_trials(deepcopy=False)[-1]
@@ -155,5 +158,5 @@ def test_the_sampler_proposing_a_config_given_up_on_launches_nothing(tmp_path: P
     rec = record.TrialRecord.of(trial)
     assert trial.state == optuna.trial.TrialState.PRUNED, "rejected like an infeasible config: TPE learns to avoid it"
     assert (rec.reason, rec.launched) == ("given_up", False)
-    assert f"trial {trial.number - 1}" in rec.detail and "client_bound" in rec.detail
+    assert f"trial {trial.number - 1}" in rec.detail and "ssh_lost" in rec.detail
     assert not (plan.logs_dir / f"trial-{trial.number:04d}.log").exists(), "no server was started for it"

@@ -90,8 +90,9 @@ def test_a_concurrency_levels_interval_comes_from_its_throughput_over_each_gener
 
 
 def test_client_share_from_the_servers_own_timing() -> None:
-    # each request took 1.0 s at the client, 0.97 s at the server, and its slot stood empty 0.01 s before it
-    recs = [record(2, 0.5 * i, 0.0, 1.0, 101, server_e2e=0.97, gap=0.01) for i in range(4)]
-    level = LevelResult(2, recs, window=(0.0, 3.0))
+    # two slots; each request took 1.0 s at the client, 0.97 s at the server, and its slot stood empty 0.01 s before
+    # the next: the server held each slot's request 0.97 s of every 1.01 s
+    recs = [record(2, 1.01 * i, 0.0, 1.0, 101, server_e2e=0.97, gap=0.01) for _ in range(2) for i in range(4)]
+    level = LevelResult(2, recs, window=(0.0, 3.03))
     assert level.client_share == pytest.approx(0.04 / 1.01)
     assert LevelResult(2, [record(2, 0.0, 0.0, 1.0, 101)], window=(0.0, 2.0)).client_share is None

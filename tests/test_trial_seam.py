@@ -89,7 +89,7 @@ def test_a_surrogate_study_makes_the_tuners_own_decisions(tmp_path: Path) -> Non
     assert len(launched) == plan.budget, "the budget counts launches"
     assert recs[0].baseline and recs[0].feasible
     opening = [r for r in recs if r.starting_point]
-    assert [r.params for r in opening] == plan.starting_points[:len(opening)] and opening
+    assert [r.params for r in opening] == plan.opening and opening
     assert [r.number for r in opening] == list(range(1, len(opening) + 1)), "the starting points come next, in order"
     for r in recs:
         if r.reused_from is not None:
@@ -106,7 +106,7 @@ def test_each_decision_before_a_launch(tmp_path: Path) -> None:
     truth = landscape(plan)
     study = run(plan, truth)
     trials = study.get_trials(deepcopy=False)
-    chain = {STEPS: 3, TOPK: 1, DRAFT: 4}
+    chain = {STEPS: 2, TOPK: 1, DRAFT: 3}  # the first starting point
     measured = next(t for t in trials if TrialRecord.of(t).params == chain)
     n = len(trials)
     assert decide(plan, trials, n, {STEPS: 3, TOPK: 2, DRAFT: 20}).kind == "invalid"   # a tree SGLang rejects
@@ -127,7 +127,9 @@ def test_each_decision_before_a_launch(tmp_path: Path) -> None:
 def test_a_config_given_up_on_is_rejected_without_a_launch(tmp_path: Path) -> None:
     plan = plan_of(tmp_path, launches=3)
     study = run(plan, landscape(plan))
-    chain = {STEPS: 6, TOPK: 1}
+    measured = {TrialRecord.of(t).config_key for t in study.get_trials(deepcopy=False)}
+    chain = next({STEPS: s, TOPK: 1} for s in range(6, 0, -1) if plan.space.candidate({STEPS: s, TOPK: 1}).key
+                 not in measured)
     candidate = plan.space.candidate(chain)
     queue.enqueue(study, plan.space.internal(chain), "neighbour")
     for _ in range(2):  # the launch and its one retry, both cut short by the infrastructure

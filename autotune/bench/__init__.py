@@ -1,5 +1,5 @@
-"""Measurement: prompts (workload.py), one timed streamed request (client.py), levels and repeats (measure.py)
-and their statistics (stats.py)."""
+"""Measurement: prompts (workload.py), a timed streamed request's record (client.py), levels and repeats
+(measure.py), a concurrency level in the load generator (generator.py) and their statistics (stats.py)."""
 from __future__ import annotations
 
 from autotune.bench.client import RequestRecord

@@ -25,10 +25,14 @@ window, one generation (c requests' time) each. Requests in flight together are 
 the spread of their latencies held the truth in only about half of the launches that checked it against the
 emulator's truth; batches of a generation did in 93-94%.
 
-The client knows when it is the bottleneck: a level in which more of each request's time was spent outside the
-server (transport, client; from the server's own timing of each request where the engine reports it, else the
-client's event-loop lag) than half the tolerance fails as ``client_bound``: an infrastructure failure, never the
-config's.
+A concurrency level runs in the load generator program (generator.py: one or more processes, on this machine or on
+the target host); its slots send each next request one round trip ahead of the end of the current one, so the
+server holds c requests whatever the way to it. The single stream runs here, on the same client.
+
+The client knows when it is the bottleneck: a level in which the server held fewer than c requests for more than
+half the tolerance of its window (the server's own timing of each request, placed where the request's last event
+arrived; where the engine reports no timing, the slots' own idle time and the client's event-loop lag) fails as
+``client_bound``: an infrastructure failure, never the config's.
 """
 from __future__ import annotations
 
@@ -36,26 +40,34 @@ import asyncio
 import contextlib
 import itertools
 import math
+import statistics
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
-from autotune.bench.client import RequestRecord, stream_one
+from autotune.bench.client import RequestRecord
+from autotune.bench.generator import Generator, Run, job, local, template, to_record, to_records
 from autotune.bench.stats import mean, percentile, relative_half_width
 from autotune.bench.workload import PromptStream
 from autotune.engines import Engine
 from autotune.errors import TrialFailure
 from autotune.study import WorkloadSpec
+from autotune.targets.programs import loadgen
 
 #: how often a running level checks that the server is still alive and that no stop was requested
 WATCH_INTERVAL = 0.25
 #: seconds a server whose requests failed has to be seen dead (its process exits a moment after its sockets close)
 DEATH_GRACE = 1.0
-#: how often the client's event loop is sampled for lag (seconds)
-LAG_PROBE = 0.005
+#: a worker process this busy (CPU seconds per second) has no time left: the client, not the way to the server
+CPU_BOUND = 0.85
+#: a worker's event loop this late (seconds, on average) handles every event late
+LAG_BOUND = 0.002
+#: prompts handed to a level's generator, in generations of the level's concurrency beyond its window (the ramp,
+#: the requests in flight when it closes, those sent ahead); past them it tags prompts it already sent
+SPARE_GENERATIONS = 3
 #: the fewest batches a concurrency level's window is cut into for its interval: a window of fewer generations has
 #: batches shorter than a request, which share requests, and its interval errs wide (over stored one-generation
 #: windows, 4 batches gave a half-width of about 12% that held the truth 95-100% of the time), never narrow
@@ -66,8 +78,10 @@ MIN_BATCHES = 4
 class ClientLoad:
     """How busy the client was during a level: its event loop's mean lag and its process's CPU share."""
 
-    loop_lag: float = 0.0           # seconds a timer fired late, on average
-    cpu: float = 0.0                # process CPU seconds per wall second (1.0 = one core busy)
+    loop_lag: float = 0.0           # seconds a timer fired late, on average (the worst worker's)
+    cpu: float = 0.0                # process CPU seconds per wall second (1.0 = one core busy; the busiest worker's)
+    processes: int = 1              # the load generator's worker processes
+    where: str = "this machine"     # where the load generator ran
 
 
 @dataclass
@@ -129,14 +143,65 @@ class LevelResult:
 
     @property
     def client_share(self) -> float | None:
-        """The share of the measured requests' time spent outside the server: the transport and the client, from
-        the server's own timing of each request (None when the engine reports none). A slot's idle time between
-        requests counts as outside time."""
-        timed = [r for r in self.measured if r.server_e2e is not None and r.e2e]
+        """How far the client fell short of the load it was to put on the server, from the server's own timing of
+        each request (None when the engine reports none).
+
+        Single stream: the share of the requests' time spent outside the server. Concurrency c: the share of the
+        window in which the server held fewer than c requests. Each request was held by the server for its own
+        timing of it, ending where its last event arrived here (every request's way back takes about as long, so
+        the count is the server's, shifted by that way); a request cut off at the end was held from its start plus
+        the level's typical time outside the server. The round trip therefore costs nothing when the slots send
+        ahead of it; a client that handles events late, or sends late, leaves the server short."""
+        if self.window is None:
+            timed = [r for r in self.measured if r.server_e2e is not None and r.e2e]
+            if not timed:
+                return None
+            outside = sum(max(0.0, r.e2e - r.server_e2e) + (r.gap or 0.0) for r in timed)  # type: ignore[operator]
+            return outside / sum(r.e2e + (r.gap or 0.0) for r in timed)  # type: ignore[operator]
+        held = self.server_held
+        return None if held is None else max(0.0, 1.0 - held)
+
+    @property
+    def server_held(self) -> float | None:
+        """A concurrency level's mean count of requests in the server over its window, as a share of c (1.0: c all
+        the time), from the server's own timing of each request (see ``client_share``); None without it."""
+        if self.window is None:
+            return None
+        timed = [r for r in self.records if r.ok and r.server_e2e is not None and r.end is not None]
         if not timed:
             return None
-        outside = sum(max(0.0, r.e2e - r.server_e2e) + (r.gap or 0.0) for r in timed)  # type: ignore[operator]
-        return outside / sum(r.e2e + (r.gap or 0.0) for r in timed)  # type: ignore[operator]
+        lead = outside_time(timed)
+        spans = [(r.end - r.server_e2e, r.end) for r in timed]  # type: ignore[operator]
+        spans += [(r.start + lead, math.inf) for r in self.records if r.ok and r.cancelled]
+        return 1.0 - self._shortfall(spans, clip=False)
+
+    @property
+    def idle_share(self) -> float:
+        """The share of the window in which the client itself had fewer than c requests in flight (its slots stood
+        empty between requests)."""
+        if self.window is None:
+            return 0.0
+        spans = [(r.start, r.end if r.end is not None and not r.cancelled else math.inf)
+                 for r in self.records if r.ok]
+        return self._shortfall(spans)
+
+    def _shortfall(self, spans: list[tuple[float, float]], clip: bool = True) -> float:
+        assert self.window is not None
+        a, b = self.window
+        held = sum(max(0.0, min(hi, b) - max(lo, a)) for lo, hi in spans)
+        short = 1.0 - held / (self.concurrency * (b - a)) if b > a else 0.0
+        return max(0.0, short) if clip else short
+
+
+def _rounded(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
+
+
+def outside_time(records: list[RequestRecord]) -> float:
+    """The typical time a request spends outside the server (the way there and back, and the client): the median of
+    each server-timed request's time on the client less the server's."""
+    timed = [r.e2e - r.server_e2e for r in records if r.e2e is not None and r.server_e2e is not None]
+    return max(0.0, statistics.median(timed)) if timed else 0.0
 
 
 @dataclass
@@ -189,6 +254,8 @@ class Measurement:
             "client_share": max(shares) if shares else None,
             "client_loop_lag_ms": round(max((lv.load.loop_lag for lv in runs), default=0.0) * 1000, 3),
             "client_cpu": round(max((lv.load.cpu for lv in runs), default=0.0), 3),
+            "client_processes": max((lv.load.processes for lv in runs), default=1),
+            "server_held": _rounded(min((h for h in (lv.server_held for lv in runs) if h is not None), default=None)),
         }
         for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", [x * 1000 for x in e2e])):
             for q in (50, 90, 99):
@@ -218,10 +285,14 @@ class Bench:
         seed: int | None = None,
         max_error_rate: float = 0.0,
         levels: tuple[int, ...] | None = None,
+        load: Generator | None = None,
+        processes: int | None = None,
     ) -> None:
         """``check`` raises ``TrialFailure`` if the server died (it is polled while requests run); a level whose
         share of failed requests exceeds ``max_error_rate`` fails the measurement. ``levels``: the concurrency levels
-        to measure (default: the single stream and the workload's)."""
+        to measure (default: the single stream and the workload's). ``load``: where the concurrency levels' load
+        generator runs (default: on this machine, sending to ``base_url``); ``processes`` its worker processes
+        (default: the workload's; 0: what the machine can spare)."""
         self.base_url = base_url
         self.engine = engine
         self.workload = workload
@@ -231,11 +302,16 @@ class Bench:
         self.should_stop = should_stop
         self.max_error_rate = max_error_rate
         self.levels = sorted(levels or {1, *workload.concurrency})
-        #: the most of a request's time the transport and the client may take before figures are off by more than
-        #: the workload tolerates
+        self.load = load or local(base_url)
+        self.processes = workload.processes if processes is None else processes
+        #: the most of the server's load the client may fall short by before figures are off by more than the
+        #: workload tolerates
         self.client_limit = workload.tolerance / 2
         #: what has been measured so far (also after a failure part-way)
         self.measurement = Measurement()
+        #: how long before a request's end its slot sends the next (the round trip to the load generator's server)
+        self.lead: float | None = None
+        self._repeat = 0
 
     def run(
         self,
@@ -254,13 +330,14 @@ class Bench:
                    precision_of: Callable[[Measurement], float | None] | None) -> Measurement:
         w = self.workload
         m = self.measurement = Measurement()
-        limits = httpx.Limits(max_connections=max(self.levels) + 4, max_keepalive_connections=max(self.levels) + 4)
-        timeout = httpx.Timeout(w.request_timeout, connect=10.0)
-        async with httpx.AsyncClient(base_url=self.base_url, headers=self.headers, limits=limits,
-                                     timeout=timeout) as client:
+        url = local(self.base_url)
+        client = loadgen.Client(asyncio.get_running_loop(), self._job(url, 1, 0, []), time.monotonic(),
+                                lambda req: None)
+        try:
             if w.warmup:
                 await self._single(client, LevelResult(1, []), w.warmup)
             for repeat in range(w.max_repeats):
+                self._repeat = repeat
                 results: list[LevelResult] = []
                 m.repeats.append(results)
                 for step, c in enumerate(self.levels):
@@ -270,7 +347,7 @@ class Bench:
                     if c == 1:
                         await self._single(client, level, w.requests)
                     else:
-                        await self._steady(client, level, w.window_generations * c)
+                        await self._steady(level, w.window_generations * c)
                     self._judge(level)
                     self._judge_client(level)
                     if repeat == 0 and on_level is not None:
@@ -280,6 +357,8 @@ class Bench:
                 if repeat + 1 >= w.min_repeats and (precision_of is None or
                                                     (m.precision is not None and m.precision <= w.tolerance)):
                     break
+        finally:
+            client.close()
         return m
 
     async def _flush(self) -> None:
@@ -288,106 +367,109 @@ class Bench:
               contextlib.suppress(httpx.HTTPError)):
             self.engine.flush_cache(sync)
 
-    def _request(self, client: httpx.AsyncClient, rec: RequestRecord, t0: float) -> Awaitable[None]:
+    def _job(self, where: Generator, concurrency: int, window: int, prompts: list[str]) -> dict[str, Any]:
         w = self.workload
-        return stream_one(client, self.engine, self.prompts.next(), rec, w.temperature, t0,
-                          first_token_timeout=w.request_timeout, stall_timeout=w.stall_timeout)
+        near = where.where != "this machine"
+        return job(
+            where, self.engine, concurrency=concurrency, max_tokens=w.max_tokens, temperature=w.temperature,
+            window_requests=window, prompts=prompts, headers=self.headers, processes=self.processes,
+            lead=0.0 if near and self.lead is None else (self.lead or 0.0), request_timeout=w.request_timeout,
+            stall_timeout=w.stall_timeout, tag=f"c{concurrency} r{self._repeat}")
 
-    async def _single(self, client: httpx.AsyncClient, level: LevelResult, n: int) -> None:
-        """``n`` requests one after another."""
-        t0 = time.perf_counter()
-        closed = asyncio.Event()
-
-        async def one_at_a_time() -> None:
-            for _ in range(n):
-                if closed.is_set():
-                    return
-                rec = RequestRecord(1, time.perf_counter() - t0, max_tokens=self.workload.max_tokens)
-                level.records.append(rec)
-                await self._request(client, rec, t0)
-
-        await self._supervise(level, [one_at_a_time()], closed)
-
-    async def _steady(self, client: httpx.AsyncClient, level: LevelResult, requests: int) -> None:
-        """``level.concurrency`` requests in flight until ``requests`` have finished inside the steady-state window
-        (see the module's docstring)."""
-        c, max_tokens = level.concurrency, self.workload.max_tokens
-        t0 = time.perf_counter()
-        ramp_left = c
-        finished = 0
-        start: float | None = None
-        closed = asyncio.Event()
-
-        async def slot(i: int) -> None:
-            nonlocal ramp_left, finished, start
-            last_end: float | None = None
-            first = True
-            while not closed.is_set():
-                size = max(1, round(max_tokens * (i + 1) / c)) if first else max_tokens
-                rec = RequestRecord(c, time.perf_counter() - t0, max_tokens=size, ramp=first)
-                if last_end is not None:
-                    rec.gap = max(0.0, rec.start - last_end)
-                level.records.append(rec)
-                await self._request(client, rec, t0)
-                now = time.perf_counter() - t0
-                last_end = rec.end if rec.end is not None else now
-                if first:
-                    ramp_left -= 1
-                    if ramp_left == 0:
-                        start = now
-                elif start is not None and rec.complete and rec.end is not None and rec.end > start:
-                    finished += 1
-                    if finished >= requests and not closed.is_set():
-                        level.window = (start, now)
-                        closed.set()
-                first = False
-
-        await self._supervise(level, [slot(i) for i in range(c)], closed)
-
-    async def _supervise(self, level: LevelResult, work: list[Awaitable[None]], closed: asyncio.Event) -> None:
-        """Run ``work`` while watching the server, stop requests and failures, and the client's own load; when
-        ``closed`` is set, cut off whatever is still in flight. ``work`` must return once ``closed`` is set: it is
-        set before the work is cancelled too, since a cancellation that lands in a connection attempt can come back
-        as a failed request (anyio reports it as "All connection attempts failed") instead of ending the task; a
-        worker that went on would send request after request to a server that is gone."""
-        tasks = [asyncio.ensure_future(w) for w in work]
-        probe = asyncio.ensure_future(self._probe_lag(level.load))
-        closing = asyncio.ensure_future(closed.wait())
-        wall, cpu = time.perf_counter(), time.process_time()
+    async def _single(self, client: loadgen.Client, level: LevelResult, n: int) -> None:
+        """``n`` requests one after another, on this machine."""
+        w = self.workload
+        cpu, wall = time.process_time(), time.monotonic()
+        client.t0 = wall
+        body = loadgen.request_bodies({"template": template(self.engine, w.temperature)},
+                                      [self.prompts.next() for _ in range(n)], f"single r{self._repeat}")
         try:
-            while not all(t.done() for t in tasks) and not closed.is_set():
-                await asyncio.wait([*tasks, closing], timeout=WATCH_INTERVAL, return_when=asyncio.FIRST_COMPLETED)
-                for t in tasks:
-                    if t.done() and not t.cancelled() and t.exception() is not None:
-                        raise t.exception()  # type: ignore[misc]
-                self.check()
-                if self.should_stop():
-                    raise TrialFailure("interrupted",
-                                       f"stop requested while measuring concurrency {level.concurrency}")
-                if level.failed and (any((r.error or "").startswith("stalled") for r in level.failed)
-                                     or len(level.failed) > self.max_error_rate * max(len(level.records), 10)):
-                    self._judge(level)  # failing fast: the rest would only fail or wait out their timeouts too
+            for _ in range(n):
+                req = loadgen.Request(0, w.max_tokens, False, body(w.max_tokens))
+                client.start(req)
+                try:
+                    while not req.finished:
+                        await asyncio.wait([req.release], timeout=WATCH_INTERVAL)  # type: ignore[list-item]
+                        client.watch()
+                        self._watch(level)
+                finally:
+                    if not req.finished:
+                        client.close()
+                        client.active.clear()
+                    level.records.append(to_record(self.engine, 1, req.wire()))
+                if not level.records[-1].ok:
+                    break
         finally:
-            closed.set()
-            in_flight = [r for r in level.records if r.ok and r.finish_reason is None]
-            for t in (*tasks, probe, closing):
-                t.cancel()
-            await asyncio.gather(*tasks, probe, closing, return_exceptions=True)
-            elapsed = time.perf_counter() - wall
+            elapsed = time.monotonic() - wall
             level.load.cpu = (time.process_time() - cpu) / elapsed if elapsed > 0 else 0.0
-            for r in in_flight:  # cut off, whatever the cancellation was reported as
-                r.error, r.cancelled = None, True
+        if self.load.where == "this machine":
+            self._learn_lead(level.records)
 
-    @staticmethod
-    async def _probe_lag(load: ClientLoad) -> None:
-        """Sample how late the event loop wakes a timer (a busy client processes every chunk late)."""
-        loop = asyncio.get_running_loop()
-        late: list[float] = []
-        while True:
-            asked = loop.time()
-            await asyncio.sleep(LAG_PROBE)
-            late.append(max(0.0, loop.time() - asked - LAG_PROBE))
-            load.loop_lag = sum(late) / len(late)
+    def _learn_lead(self, records: list[RequestRecord]) -> None:
+        timed = [r for r in records if r.complete and r.server_e2e is not None]
+        if timed:
+            self.lead = outside_time(timed)
+
+    def _watch(self, level: LevelResult) -> None:
+        """Between waits: the server still alive, no stop requested."""
+        self.check()
+        if self.should_stop():
+            raise TrialFailure("interrupted", f"stop requested while measuring concurrency {level.concurrency}")
+
+    async def _steady(self, level: LevelResult, requests: int) -> None:
+        """``level.concurrency`` requests in flight until ``requests`` have finished inside the steady-state window
+        (see the module's docstring), in the load generator program."""
+        c = level.concurrency
+        budget = (self.workload.window_generations + SPARE_GENERATIONS) * c
+        job = self._job(self.load, c, requests, [self.prompts.next() for _ in range(budget)])
+        run = await asyncio.to_thread(Run, self.load, job)
+        result: dict[str, Any] | None = None
+        try:
+            stopping = False
+            while result is None:
+                for message in run.take():
+                    if "result" in message:
+                        result = message["result"]
+                    elif "progress" in message and not stopping and self._failing(message["progress"]):
+                        run.stop()  # fail fast: the rest would only fail or wait out their timeouts too
+                        stopping = True
+                if result is not None:
+                    break
+                if run.ended.is_set() and not run.pending:
+                    break
+                try:
+                    self._watch(level)
+                except TrialFailure:
+                    run.stop()
+                    await asyncio.to_thread(run.ended.wait, 10)
+                    self._take_result(level, run, None)
+                    raise
+                await asyncio.sleep(0.05)
+        finally:
+            await asyncio.to_thread(run.close)
+        if result is None:
+            self._watch(level)
+            detail = run.process.errors().strip().splitlines()
+            raise TrialFailure("tuner_error", f"the load generator on {self.load.where} ended without a result"
+                                              + (f": {detail[-1][:300]}" if detail else ""))
+        self._take_result(level, run, result)
+
+    def _take_result(self, level: LevelResult, run: Run, result: dict[str, Any] | None) -> None:
+        if result is None:
+            result = next((m["result"] for m in run.take() if "result" in m), None)
+            if result is None:
+                return
+        level.records = to_records(self.engine, level.concurrency, result["records"])
+        level.window = tuple(result["window"]) if result["window"] else None  # type: ignore[assignment]
+        level.load = ClientLoad(loop_lag=result["lag"], cpu=result["cpu"], processes=result["processes"],
+                                where=self.load.where)
+        timed = [r for r in level.records if r.complete and r.server_e2e is not None]
+        if timed:
+            self.lead = outside_time(timed)
+
+    def _failing(self, progress: dict[str, Any]) -> bool:
+        failed = progress["failed"]
+        return bool(progress["stalled"]) or failed > self.max_error_rate * max(progress["finished"] + failed, 10)
 
     def _judge(self, result: LevelResult) -> None:
         """Fail the measurement when requests failed: the server died, stalled or answered with errors."""
@@ -409,22 +491,51 @@ class Bench:
                                    f"{result.concurrency}: {example}")
 
     def _judge_client(self, level: LevelResult) -> None:
-        """Fail as ``client_bound`` when the client (or the transport) took too much of the requests' time (a single
-        stream the server timed itself is immune to both)."""
+        """Fail as ``client_bound`` when the server held fewer requests than the level asks for, for longer than the
+        tolerance allows (a single stream the server timed itself is immune to the client and the transport)."""
         if level.server_timed:
             return
+        if level.window is None:
+            if level.concurrency > 1:
+                raise TrialFailure("client_bound", f"concurrency {level.concurrency}: the load generator ended "
+                                                   "before its window was complete")
+            return
         share = level.client_share
+        how = "by the server's own timing of each request"
+        held = level.server_held
+        if held is not None and held - 1.0 > self.workload.tolerance:
+            raise TrialFailure("client_bound", (
+                f"concurrency {level.concurrency}: the server held {held - 1.0:.1%} more than {level.concurrency} "
+                f"requests on average ({how}; at most the tolerance, {self.workload.tolerance:.1%}): the slots "
+                "sent ahead too early, the time outside the server varying too much from one "
+                f"request to the next; it reached {level.output_tok_s:.0f} tok/s. Run the load generator closer to "
+                'the server ([workload] client = "target"), with less other load on its machine'))
         if share is None:
             times = [r.e2e for r in level.measured if r.e2e]
-            share = level.load.loop_lag / (sum(times) / len(times)) if times else None
-            how = "its event loop ran late by that share of a request's time"
-        else:
-            how = "by the server's own timing of each request"
-        if share is None or share <= self.client_limit:
+            lag = level.load.loop_lag / (sum(times) / len(times)) if times else 0.0
+            share = max(level.idle_share, lag)
+            how = "by its slots' idle time and its event loop's lag"
+        if share <= self.client_limit:
             return
-        raise TrialFailure("client_bound", (
-            f"concurrency {level.concurrency}: the client fell behind the server: {share:.1%} of each request's "
-            f"time was spent outside the server ({how}; at most {self.client_limit:.1%} keeps the figure within "
-            f"the tolerance); it reached {level.output_tok_s:.0f} tok/s with {level.load.cpu:.0%} of a CPU core "
-            f"busy and its event loop {level.load.loop_lag * 1000:.1f} ms late on average. Measure from closer to "
-            "the server, with less load on this machine, or with longer requests (max_tokens)"))
+        raise TrialFailure("client_bound", client_bound_detail(level, share, how, self.client_limit))
+
+
+def client_bound_detail(level: LevelResult, share: float, how: str, limit: float) -> str:
+    """What the client reached, the limit it hit, and what to change."""
+    load = level.load
+    where = f"{load.processes} process{'es' if load.processes > 1 else ''} on {load.where}"
+    if load.cpu >= CPU_BOUND:
+        limit_hit = (f"the CPU: its busiest process kept {load.cpu:.0%} of a core busy; give it more processes "
+                     "([workload] processes, --processes) or a machine with cores to spare, or run it on the target "
+                     '([workload] client = "target")')
+    elif load.loop_lag >= LAG_BOUND:
+        limit_hit = (f"its event loop, {load.loop_lag * 1000:.1f} ms late on average: give it more processes "
+                     "([workload] processes, --processes) or less other work on its machine")
+    else:
+        limit_hit = ('the way to the server (neither CPU nor event loop was short): run the load generator on the '
+                     'target ([workload] client = "target") or measure from closer to the server')
+    return (f"concurrency {level.concurrency}: the client fell behind the server: the server held fewer than "
+            f"{level.concurrency} requests for {share:.1%} of the window ({how}; at most {limit:.1%} keeps the "
+            f"figure within the tolerance); it reached {level.output_tok_s:.0f} tok/s with {where}. The limit was "
+            f"{limit_hit}; or allow more ([workload] tolerance), or ask less of it (a lower --sim-speedup, longer "
+            "requests)")

@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
+
+from autotune.engines.secret_args import OffCommandLine, flags_with_values
 
 ArgValue = str | int | float | bool
 Args = dict[str, ArgValue]
@@ -110,6 +112,10 @@ class Engine(ABC):
     plot_params: tuple[str, ...] = ()
     #: how the engine runs an adaptive speculative schedule (None: it has no such mode)
     adaptive: AdaptiveRules | None = None
+    #: the key of a stream event's cumulative completion-token count (the load generator reads it by position)
+    stream_tokens_key: str = ""
+    #: the key of a stream's last event that holds the server's own timing of the request in seconds ("": none)
+    stream_seconds_key: str = ""
 
     @abstractmethod
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
@@ -133,10 +139,28 @@ class Engine(ABC):
         space does not hold: the search space keeps only what it can run. [] when the engine has no such knowledge."""
         return []
 
+    def memory_flags(self, args: Mapping[str, ArgValue]) -> tuple[str, ...]:
+        """The flags of ``args`` whose values the server's memory need grows with, everything else being equal, in
+        the order to shrink them after an out-of-memory failure; () when the engine knows of none. The search keeps
+        a boundary with it: a config at least as large as one that ran out of memory in every one of these flags
+        (and equal in the rest) runs out too, and one at most as large as a config that fitted fits."""
+        return ()
+
+    def draft_tree(self, args: Mapping[str, ArgValue]) -> tuple[int, int, int] | None:
+        """A speculative config's draft tree as the server runs it, (steps, topk, draft tokens), for the search's
+        model of what those numbers do (search/physics.py); None when ``args`` draft no tree."""
+        return None
+
     def auth_headers(self, args: Mapping[str, ArgValue]) -> dict[str, str]:
         """The headers every request to a server started with ``args`` needs (its API key, if it has one)."""
         key = args.get(self.api_key_flag) if self.api_key_flag else None
         return {"Authorization": f"Bearer {key}"} if isinstance(key, str) else {}
+
+    def hide_secrets(self, argv: list[str], secret: Callable[[str, str], bool]) -> OffCommandLine:
+        """``argv`` with the flags ``secret(name, value)`` picks taken off the command line, to be given to the
+        server another way it reads them (an environment variable, a file); a flag the engine reads from its command
+        line only stays there and is named in ``kept``. An engine that knows no other way keeps them all."""
+        return OffCommandLine(list(argv), kept=tuple(f.name for f in flags_with_values(argv, secret)))
 
     def short_name(self, flag: str) -> str:
         for prefix in self.short_prefixes:

@@ -27,13 +27,14 @@ from __future__ import annotations
 import contextlib
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
 from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate
+from autotune.engines.secret_args import OffCommandLine, flags_with_values, without
 from autotune.errors import InvalidConfig
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -185,6 +186,7 @@ def _spec_type_str(types: tuple[str, ...]) -> str:
 
 class LlamaCpp(Engine):
     kind = "llamacpp"
+    stream_tokens_key = "tokens_predicted"
     #: 503 {"error": {"message": "Loading model", ...}} while loading, 200 {"status": "ok"} once it serves
     readiness_paths = ("/health",)
     port_flag = "port"
@@ -219,6 +221,16 @@ class LlamaCpp(Engine):
             else:
                 argv += [flag, _fmt(value)]
         return argv
+
+    #: secret flags llama-server also reads from an environment variable (its --help: "(env: ...)")
+    SECRET_ENV: ClassVar[dict[str, str]] = {"api-key": "LLAMA_API_KEY", "hf-token": "HF_TOKEN", "hft": "HF_TOKEN"}
+
+    def hide_secrets(self, argv: list[str], secret: Callable[[str, str], bool]) -> OffCommandLine:
+        """llama-server reads its API key (and Hugging Face token) from its environment when the flag is absent."""
+        found = flags_with_values(argv, secret)
+        moved = [f for f in found if f.name in self.SECRET_ENV]
+        return OffCommandLine(without(argv, moved), env={self.SECRET_ENV[f.name]: f.value for f in moved},
+                              kept=tuple(f.name for f in found if f not in moved))
 
     # -- failures ------------------------------------------------------------------------------------------------
 

@@ -6,14 +6,16 @@ never deployed and configs it would rewrite to the same thing are measured once.
 """
 from __future__ import annotations
 
+import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import httpx
 
 from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate, ValidRange
 from autotune.engines.sglang_adaptive import SGLangAdaptive
+from autotune.engines.secret_args import OffCommandLine, SecretFile, flags_with_values, without
 from autotune.errors import InvalidConfig
 
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK", "UNO")
@@ -52,6 +54,8 @@ _CAPACITY = re.compile(r"max_total_num_tokens=(\d+).*?max_running_requests=(\d+)
 
 class SGLang(Engine):
     kind = "sglang"
+    stream_tokens_key = "completion_tokens"
+    stream_seconds_key = "e2e_latency"
     # /ready (0.5.23) answers at once; /health (older releases) is /health_generate, which holds every answer >= 1 s
     readiness_paths = ("/ready", "/health")
     short_prefixes = ("speculative-num-", "speculative-eagle-", "speculative-")
@@ -116,6 +120,24 @@ class SGLang(Engine):
             return ValidRange(irrelevant=True)
         return ValidRange(high=tree_capacity(steps, topk))
 
+    def memory_flags(self, args: Mapping[str, ArgValue]) -> tuple[str, ...]:
+        """An EAGLE tree's memory grows with each of its numbers: the CUDA graphs' verify buffers with batch x draft
+        tokens, the draft tree's with topk x steps. After an out-of-memory failure the same tree is tried with fewer
+        draft tokens first, then fewer steps; topk, the tree's width, last."""
+        algo = str(args.get("speculative-algorithm", "")).upper()
+        if algo not in (*TREE_ALGORITHMS, "NEXTN") or not all(a in args for a in TREE_ARGS):
+            return ()
+        return DRAFT_TOKENS, TREE_ARGS[0], TREE_ARGS[1]
+
+    def draft_tree(self, args: Mapping[str, ArgValue]) -> tuple[int, int, int] | None:
+        if not self.memory_flags(args):
+            return None
+        try:
+            steps, topk, draft = (_positive_int(dict(args), a) for a in TREE_ARGS)
+        except InvalidConfig:
+            return None
+        return steps, topk, steps + 1 if topk == 1 else draft
+
     def starting_points(self, values: Mapping[str, Sequence[ArgValue]], fixed: Mapping[str, ArgValue]) -> list[Args]:
         """An EAGLE tree is tuned by hand the same way each time: first deeper (more steps) on the narrowest tree,
         usually the chain (topk 1, SGLang's own choice for most models, at 3 steps), then wider. So: the narrowest topk
@@ -151,6 +173,19 @@ class SGLang(Engine):
             if value is not True:
                 argv.append(str(value))
         return argv
+
+    def hide_secrets(self, argv: list[str], secret: Callable[[str, str], bool]) -> OffCommandLine:
+        """SGLang reads no flag from its environment, but any flag from a YAML file: ``--config FILE.yaml`` (the
+        file's keys are flag names, merged under the command line's own flags). It takes one such file: a study that
+        gives its own ``config`` keeps its secret flags on the command line."""
+        found = flags_with_values(argv, secret)
+        if not found:
+            return OffCommandLine(list(argv))
+        if "--config" in argv or any(w.startswith("--config=") for w in argv):
+            return OffCommandLine(list(argv), kept=tuple(f.name for f in found))
+        # JSON strings are YAML double-quoted scalars: every value stays a string (no yes/no/number reading)
+        text = "".join(f"{json.dumps(f.name)}: {json.dumps(f.value)}\n" for f in found)
+        return OffCommandLine(without(argv, found), file=SecretFile("--config", ".yaml", text))
 
     def fatal_reason(self, line: str) -> str | None:
         for pattern, reason in _FATAL:

@@ -8,7 +8,7 @@ Only this package reads or writes user attrs. The objective writes a trial's rec
 Keys (user attrs of a trial):
     baseline, starting_point,  why the config was queued (ROLES); a retry keeps them
     warm_start, neighbour,
-    confirmation
+    model, shrink, confirmation
     origin                     a warm start's source ("study OLD, trial N")
     retry_of                   the trial this one repeats (cut short for the infrastructure's sake)
     target, worker             where and by whom it ran

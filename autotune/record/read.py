@@ -12,8 +12,9 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune.engines import ArgValue
 
 #: user attrs that say why a config was queued rather than suggested (a retry keeps them): the baseline, the
-#: engine's starting points, neighbours of the leader, confirmations of the leader and its close rivals
-ROLES = ("baseline", "starting_point", "warm_start", "neighbour", "confirmation")
+#: engine's starting points, neighbours of the leader, the search's picks over the whole space (``model``) and
+#: right below a config that ran out of memory (``shrink``), confirmations of the leader and its close rivals
+ROLES = ("baseline", "starting_point", "warm_start", "neighbour", "model", "shrink", "confirmation")
 
 AnyTrial = optuna.Trial | FrozenTrial
 

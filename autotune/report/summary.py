@@ -95,15 +95,18 @@ def _value_text(rec: TrialRecord) -> str:
 
 def launches_saved(recs: list[TrialRecord]) -> dict[str, Any]:
     """Trials that cost no deployment: a reused measurement of the same effective config, an invalid config
-    rejected by the engine's rules, or a config given up on (its retry failed for the infrastructure too); and
+    rejected by the engine's rules, a config given up on (its retry failed for the infrastructure too), or one at
+    least as large as a config that ran out of memory; and
     roughly the time that saved (the median deployed trial's duration)."""
     reused = [r for r in recs if r.reused_from is not None]
     invalid = [r for r in recs if r.reason == "invalid_config"]
     given_up = [r for r in recs if r.reason == "given_up" and r.reused_from is None]
+    too_large = [r for r in recs if r.reason == "oom_predicted" and r.reused_from is None]
     deployed = [r.duration_s for r in recs if r.duration_s and r.launched and r.state in results.FINISHED]
     median = statistics.median(deployed) if deployed else None
-    saved = len(reused) + len(invalid) + len(given_up)
-    return {"reused": len(reused), "invalid": len(invalid), "given_up": len(given_up), "saved": saved,
+    saved = len(reused) + len(invalid) + len(given_up) + len(too_large)
+    return {"reused": len(reused), "invalid": len(invalid), "given_up": len(given_up), "too_large": len(too_large),
+            "saved": saved,
             "seconds": saved * median if median is not None else None}
 
 
@@ -196,7 +199,9 @@ def _saved(recs: list[TrialRecord]) -> list[str]:
             f"measurement of an identical effective config, {saved['invalid']} were invalid configs rejected by "
             "the engine's rules before deployment"
             + (f", {saved['given_up']} proposed a config given up on (it failed for the infrastructure after its "
-               "retry)" if saved["given_up"] else "") + ".", ""]
+               "retry)" if saved["given_up"] else "")
+            + (f", {saved['too_large']} were at least as large as a config that ran out of memory"
+               if saved["too_large"] else "") + ".", ""]
 
 
 def _plots(plots: list[PlotResult]) -> list[str]:

@@ -7,9 +7,12 @@ chain's old draft count.
 """
 from __future__ import annotations
 
+import functools
+import math
+
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
-from autotune.space import Space, values_inside
+from autotune.space import Candidate, Space, values_inside
 from autotune.study import ParamSpec
 
 
@@ -33,6 +36,58 @@ def moves(space: Space, params: dict[str, ArgValue], measured: set[str],
     return options
 
 
+def lower(space: Space, params: dict[str, ArgValue], measured: set[str],
+          stride: float = 1 / 8) -> list[tuple[dict[str, ArgValue], str]]:
+    """The unmeasured configs one stride below ``params`` in one of the flags the engine's memory need grows with,
+    in the engine's order (``Engine.memory_flags``: SGLang lowers draft tokens first, then steps)."""
+    try:
+        args = space.candidate(params).args
+    except InvalidConfig:
+        return []
+    options: list[tuple[dict[str, ArgValue], str]] = []
+    for name in space.engine.memory_flags(args):
+        p = next((q for q in space.params if q.name == name), None)
+        if p is None or name not in params:
+            continue
+        values = _values(space, p, params)
+        here = _index(values, params[name])
+        if here is None:
+            continue
+        below = here - max(1, round(len(values) * stride))
+        if below < 0:
+            below = 0 if here > 0 else None
+        if below is None:
+            continue
+        moved = _refit(space, params, {**params, name: values[below]})
+        try:
+            key = space.candidate(moved).key
+        except InvalidConfig:
+            continue
+        if key not in measured and key not in {k for _, k in options}:
+            options.append((moved, key))
+    return options
+
+
+@functools.lru_cache(maxsize=16)
+def valid_configs(space: Space) -> tuple[tuple[dict[str, ArgValue], Candidate], ...]:
+    """Every distinct config of the space the engine runs: its tuned flags' effective values and its candidate.
+    Worked out once per space (a few thousand resolutions)."""
+    seen: set[str] = set()
+    out = []
+    for raw in space.configs():
+        try:
+            candidate = space.candidate(raw)
+        except InvalidConfig:
+            continue
+        if candidate.key in seen:
+            continue
+        seen.add(candidate.key)
+        params = candidate.tuned(space.names)
+        if all(p.contains(params[p.name]) for p in space.params if p.name in params):
+            out.append((params, candidate))
+    return tuple(out)
+
+
 def places(space: Space, params: dict[str, ArgValue]) -> tuple[float, ...]:
     """A config's coordinates for the local model: each tuned flag's place among the values it may take there."""
     out = []
@@ -41,6 +96,40 @@ def places(space: Space, params: dict[str, ArgValue]) -> tuple[float, ...]:
         here = _index(values, params.get(p.name))
         out.append(0.5 if here is None or len(values) < 2 else here / (len(values) - 1))
     return tuple(out)
+
+
+def spread(space: Space, params: dict[str, ArgValue], log: bool = True,
+           dependent_only: bool = False) -> tuple[float, ...]:
+    """A config's coordinates for the whole-space model: each tuned flag's value placed over its whole range as
+    written (on a log scale with ``log``, for numbers above zero), not inside the range the other flags leave it,
+    so that the same draft count sits at the same coordinate in every tree; with ``dependent_only``, only the
+    flags whose range depends on others are placed so, the rest by their place among their values."""
+    out: list[float] = []
+    inside = places(space, params) if dependent_only else ()
+    for i, p in enumerate(space.params):
+        if dependent_only and p.name not in space.dependent:
+            out.append(inside[i])
+            continue
+        values = _values_as_written(p)
+        value = params.get(p.name)
+        if value is None or len(values) < 2 or not _ordered(values):
+            here = _index(values, value) if value is not None else None
+            out.append(0.5 if here is None or len(values) < 2 else here / (len(values) - 1))
+            continue
+        lo, hi, x = _num(values[0]), _num(values[-1]), _num(value)
+        if log and lo > 0:
+            lo, hi, x = math.log(lo), math.log(hi), math.log(max(x, 1e-12))
+        out.append(0.5 if hi <= lo else min(1.0, max(0.0, (x - lo) / (hi - lo))))
+    return tuple(out)
+
+
+def _values_as_written(p: ParamSpec) -> list[ArgValue]:
+    if p.type == "float" and not p.step:
+        return [float(p.low), float(p.high)]  # type: ignore[arg-type]
+    values = p.values()
+    if p.type == "categorical" and _ordered(values):
+        values = sorted(values, key=_num)
+    return values
 
 
 def unordered(space: Space) -> list[bool]:

@@ -1,41 +1,53 @@
 """The tuner's own proposals beside the sampler's, once a study's opening is measured.
 
-* Neighbours of the leader (model-based samplers only). After the startup launches (the baseline, the engine's
-  starting points, the sampler's first draws), each launch measures an unmeasured neighbour (neighbours.py) of the
-  config with the best pooled estimate or of its close rivals (configs whose 95% intervals overlap it: noise may
-  have put the wrong one first). Steps and topk are ordered and neighbouring configs behave alike, so the optimum
-  is usually next to the incumbent. Which neighbour comes first is the local model's call (local_model.py: a small
-  Gaussian process over every config measured so far ranks them by its optimistic value), at random while it has
-  too few points. When no neighbour is left, the sampler proposes, so the search leaves a local optimum for the
-  regions its model favours. Chosen by measurement (scripts/bench_sample_efficiency.py; README, "Choosing the
-  sampler"): a neighbour at every launch against every other launch or none, 6 startup launches against 4 and 8,
-  rivals' neighbours against none, the model's order against a random one; a pattern move (one more step the way
-  the leader's own move went) was no better and is not kept.
+* The whole space (``SearchSettings.scope = "global"``, the default; model-based samplers only). After the baseline
+  and the opening (two of the engine's starting points), each launch measures the unmeasured valid config with the
+  best expected improvement of the log objective over the leader under a small Gaussian process over every config
+  measured so far (local_model.py), times its chance of fitting in memory (feasibility.py): a config above a memory
+  failure is never proposed. Once six trees are measured, the process models what a per-study physics model
+  (physics.py: accept length and cost per token, fitted to the launches) does not explain. A memory failure marks
+  the boundary only; the objective's models learn from measurements.
+* Neighbours of the leader (``scope = "local"``, the search before the whole-space model). Each launch measures an
+  unmeasured neighbour (neighbours.py) of the config with the best pooled estimate or of its close rivals (configs
+  whose 95% intervals overlap it: noise may have put the wrong one first), the one the local model rates most
+  promising; when no neighbour is left, the sampler proposes.
 * Confirmations. The last launches of the budget re-measure the leader and its close rivals, each once, so that the
   pick rests on more than one lucky measurement; every config's estimate pools all its launches
   (results.estimates).
+
+Every choice here was measured on random hosts (scripts/bench_sample_efficiency.py; README, "Choosing the sampler").
 """
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import record, results
 from autotune.engines import ArgValue
 from autotune.record import TrialRecord
-from autotune.search.local_model import Point, informed, rank
-from autotune.search.neighbours import moves, places, unordered
+from autotune.search.feasibility import MEMORY_REASONS, Feasibility
+from autotune.score import objective_values
+from autotune.search.local_model import Point, improvement, informed, posterior, rank
+from autotune.search.physics import Observation, Physics
+from autotune.search.neighbours import lower, moves, places, spread, unordered, valid_configs
 from autotune.search.sampling import MODEL_BASED
 from autotune.search.settings import SearchSettings
 from autotune.space import Space
 
 if TYPE_CHECKING:
     from autotune.plan import Plan
+
+#: a config's prior mean of the log objective, from its effective args
+Prior = Callable[[Mapping[str, ArgValue]], float]
+#: roles of the configs the tuner's own search queues (a neighbour every ``neighbour_every`` launches)
+OWN = ("neighbour", "model", "shrink")
 
 
 @dataclass(frozen=True)
@@ -50,7 +62,7 @@ class Proposal:
 
 def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: int, seed: int | None = None
             ) -> Proposal | None:
-    """A neighbour or a confirmation to measure next (None: let the sampler propose). ``trials``: the study's."""
+    """The tuner's next config to measure (None: let the sampler propose). ``trials``: the study's."""
     settings = plan.search
     launched = results.launches(trials)
     running = sum(1 for t in trials if t.state == TrialState.RUNNING)
@@ -68,13 +80,24 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     if plan.spec.sampler not in MODEL_BASED or not settings.neighbour_every:
         return None  # random search and the grid stay what they say they are
     done = sorted((TrialRecord.of(t) for t in launched), key=lambda r: r.number)
+    start = plan.startup if settings.model_from is None else settings.model_from
     since = settings.neighbour_every - 1
-    recent = done[plan.startup:][-since:] if since else []
-    if len(done) < plan.startup or any(r.role == "neighbour" for r in recent):
+    recent = done[start:][-since:] if since else []
+    if len(done) < start or any(r.role in OWN for r in recent):
         return None
     measured = _measured_keys(trials)
     rng = random.Random(None if seed is None else seed * 7919 + len(done))
-    points = _points(plan.space, trials, found)
+    feasibility = Feasibility(plan.engine, trials)
+    predict = _physics(study, plan, trials) if settings.physics and settings.scope == "global" else None
+    points = _points(plan.space, trials, found, settings, predict)
+    if settings.shrink_after_oom and done and done[-1].reason in MEMORY_REASONS:
+        shrunk = _below(plan.space, done[-1].params, measured, feasibility)
+        if shrunk is not None:
+            return shrunk
+    own = sum(r.role in OWN for r in done)
+    if settings.scope == "global" and not (settings.local_every and own % settings.local_every
+                                           == settings.local_every - 1):
+        return _anywhere(plan.space, settings, leader, measured, points, feasibility, rng, predict)
     rivals = _rivals(leader, found) if settings.rivals_neighbours else []
     around = [TrialRecord.of(trials[e.trials[0]]).params for e in (leader, *rivals)]
     return _neighbour(plan.space, settings, around, measured, points, rng)
@@ -104,21 +127,113 @@ def _measured_keys(trials: list[FrozenTrial]) -> set[str]:
     return keys | results.given_up(trials).keys()
 
 
-def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Estimate]) -> list[Point]:
-    """What the local model learns from: every measured config's pooled estimate, and every config a launch found
-    infeasible or stopped early (failures of the infrastructure are not the config's and are left out)."""
+def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Estimate],
+            settings: SearchSettings, prior: Prior | None = None) -> list[Point]:
+    """What the model of the objective learns from: every measured config's pooled estimate, and every config a
+    launch found infeasible or stopped early. Failures of the infrastructure are not the config's and are left
+    out; so are memory failures (unless ``oom_in_model``): they mark the memory boundary (feasibility.py), not a
+    poor region. ``prior``: each point's prior mean of the log value (physics.py's prediction)."""
+    oom_in_model = settings.oom_in_model
+
+    def where(params: dict[str, ArgValue]) -> tuple[float, ...]:
+        return coordinates(space, params, settings)
     points = []
     for e in found.values():
         params = TrialRecord.of(trials[e.trials[0]]).params
         if e.value > 0:
-            points.append(Point(places(space, params), math.log(e.value), e.relative_sd))
+            config = TrialRecord.of(trials[e.trials[0]]).config or {}
+            points.append(Point(where(params), math.log(e.value), e.relative_sd,
+                                prior(config) if prior else 0.0))
     for t in results.launches(trials):
         rec = TrialRecord.of(t)
         if t.state == TrialState.FAIL or rec.feasible or rec.config_key in found:
             continue
+        if rec.reason in MEMORY_REASONS and not oom_in_model:
+            continue
         if set(space.names) <= set(rec.params):
-            points.append(Point(places(space, rec.params)))
+            points.append(Point(where(rec.params), prior=prior(rec.config or {}) if prior else 0.0))
     return points
+
+
+def _physics(study: optuna.Study, plan: Plan, trials: list[FrozenTrial]) -> Prior | None:
+    """The log objective physics.py predicts for a config from this study's launches (None: too few launches, no
+    draft tree, or an objective it cannot predict), scored as the objective scores a measurement."""
+    spec = plan.spec
+    if spec.objective not in ("single", "concurrent", "weighted", "mix"):
+        return None
+    observations = []
+    for t in trials:
+        rec = TrialRecord.of(t)
+        if not rec.feasible or rec.reused_from is not None or rec.config is None:
+            continue
+        tree = plan.engine.draft_tree(rec.config)
+        levels = {int(c): float(v) for c, v in (rec.metrics.get("level_output_tok_s") or {}).items() if v}
+        length = rec.metrics.get("accept_length") or rec.metrics.get("concurrent_accept_length")
+        if tree is not None and levels and length:
+            observations.append(Observation(tree, float(length), levels))
+    model = Physics.fit(observations, plan.search.physics_from)
+    if model is None:
+        return None
+    reference = record.study.reference(study)
+    top = max(spec.levels)
+
+    def predict(args: Mapping[str, ArgValue]) -> float:
+        tree = plan.engine.draft_tree(args)
+        if tree is None:
+            return 0.0
+        levels = model.tok_s(tree)
+        metrics = {"single_tok_s": levels.get(1), "concurrent_tok_s": levels.get(top),
+                   "level_output_tok_s": {str(c): v for c, v in levels.items()}}
+        return math.log(max(objective_values(spec.objective, metrics, reference, spec.workload.mix)[0], 1e-12))
+    return predict
+
+
+def _below(space: Space, params: dict[str, ArgValue], measured: set[str], feasibility: Feasibility
+           ) -> Proposal | None:
+    """The same tree just below a config that ran out of memory: its memory flags lowered one at a time, in the
+    engine's order (SGLang: fewer draft tokens, then fewer steps), the first config not measured yet and not above
+    a known failure."""
+    for moved, _ in lower(space, params, measured):
+        if feasibility.known_oom(space.candidate(moved).args) is None:
+            return Proposal(space.internal(moved), "shrink")
+    return None
+
+
+def coordinates(space: Space, params: dict[str, ArgValue], settings: SearchSettings) -> tuple[float, ...]:
+    """A config's coordinates for the model: for the whole-space model, each flag over its whole range
+    (``SearchSettings.geometry``); for the local one, its place inside the range the other flags leave it."""
+    if settings.scope == "global" and settings.geometry != "places":
+        return spread(space, params, log=settings.geometry.endswith("log"),
+                      dependent_only=settings.geometry.startswith("draft"))
+    return places(space, params)
+
+
+def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, measured: set[str],
+              points: list[Point], feasibility: Feasibility, rng: random.Random, prior: Prior | None = None
+              ) -> Proposal | None:
+    """The unmeasured valid config with the best expected improvement over the leader times its chance of fitting
+    in memory, over the whole space; at random while the model has too few points."""
+    options = []
+    for params, candidate in valid_configs(space):
+        if candidate.key in measured:
+            continue
+        chance = feasibility.probability(candidate.args, settings.fit_unknown)
+        if chance > 0:
+            options.append((params, candidate, coordinates(space, params, settings), chance))
+    if not options:
+        return None
+    rng.shuffle(options)
+    if not informed(points, settings):
+        return Proposal(space.internal(options[0][0]), "model")
+    where = [w for _, _, w, _ in options]
+    priors = [prior(c.args) for _, c, _, _ in options] if prior else None
+    if settings.acquisition == "ucb":
+        mu, sd = posterior(points, where, unordered(space), settings, priors)
+        gain = np.exp(mu + settings.kappa * sd - math.log(leader.value))
+    else:
+        gain = improvement(points, where, unordered(space), math.log(leader.value), settings, priors)
+    best = max(range(len(options)), key=lambda i: gain[i] * options[i][3])
+    return Proposal(space.internal(options[best][0]), "model")
 
 
 def _neighbour(space: Space, settings: SearchSettings, around: list[dict[str, ArgValue]], measured: set[str],

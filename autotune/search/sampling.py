@@ -8,9 +8,9 @@ from autotune.errors import UserError
 from autotune.space import Space
 from autotune.study import StudySpec
 
-#: configs measured before the model-based samplers take over (when the study does not say): the baseline, the
-#: engine's starting points, then random ones
-DEFAULT_STARTUP_TRIALS = 6
+#: configs measured before the model-based samplers and the tuner's own model take over (when the study does not
+#: say): the baseline and the first two of the engine's starting points (SearchSettings.starting_points)
+DEFAULT_STARTUP_TRIALS = 3
 #: samplers that start with a few configs before their model takes over: the ones an initial design feeds
 MODEL_BASED = ("tpe", "gp")
 

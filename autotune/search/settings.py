@@ -23,6 +23,39 @@ class SearchSettings:
     lengthscales: tuple[float, ...] = (0.15, 0.25, 0.4, 0.7, 1.2)
     #: measured values the local model needs before it ranks anything (fewer: a random neighbour)
     min_points: int = 3
+    #: the least variance of the log value the model assumes (a landscape measured flat so far may still not be)
+    min_signal: float = 1e-4
+    #: where the tuner's own next config comes from: "local" (a neighbour of the leader or of its close rivals,
+    #: ranked by the model) or "global" (every unmeasured valid config, by expected improvement times the chance
+    #: that it fits in memory)
+    scope: str = "global"
+    #: how many of the engine's starting points a study measures after the baseline (None: all of them), or which
+    #: (their places in the engine's list: SGLang's first chain, 3 steps, and its first tree, topk 2 at 5 steps)
+    starting_points: int | tuple[int, ...] | None = (0, 3)
+    #: launches before the tuner's own proposals begin (None: the study's startup_trials)
+    model_from: int | None = None
+    #: after a launch that ran out of memory, measure the same tree just below it next (fewer draft tokens, then
+    #: fewer steps) before anything else
+    shrink_after_oom: bool = False
+    #: a config that ran out of memory counts in the objective's model at the worst value seen (False: only the
+    #: feasibility model learns from it)
+    oom_in_model: bool = False
+    #: how the whole-space model ranks configs: "ei" (expected improvement over the leader) or "ucb" (mean plus
+    #: ``kappa`` standard deviations)
+    acquisition: str = "ei"
+    #: with the whole-space model, every this many of the tuner's own launches is a neighbour of the leader ranked by
+    #: the local model instead (0: never)
+    local_every: int = 0
+    #: the whole-space model's coordinates: "places" (each flag's place inside the range the others leave it, as the
+    #: local model has them), "linear" or "log" (each flag's value over its whole range as written), "draft-linear"
+    #: or "draft-log" (only a flag whose range depends on others, like draft tokens, over its whole range)
+    geometry: str = "places"
+    #: the global model's prior mean: what the study's launches say steps, topk and draft tokens do (physics.py)
+    physics: bool = True
+    #: distinct trees launched before the physics prior is used (fitted to fewer, it misleads more than it helps)
+    physics_from: int = 6
+    #: the chance of fitting given to a config neither above a memory failure nor below a config that started
+    fit_unknown: float = 0.5
 
     def confirm_reserve(self, budget: int) -> int:
         """Launches kept for confirmations: none in a very short study."""

@@ -13,7 +13,10 @@ import os
 import re
 import sys
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
+
+import yaml
 
 from autotune.sim import adaptive, model
 from autotune.sim.faults import Faults, collect, parse_fault
@@ -145,6 +148,60 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--sim-fault", type=parse_fault, action="append", default=[], metavar="SPEC",
                      help="inject a fault (repeatable); see autotune.sim for the specs")
     return parser
+
+
+def merge_config(argv: list[str], parser: argparse.ArgumentParser) -> list[str]:
+    """SGLang's ``--config FILE.yaml`` (prepare_server_args, ConfigArgumentMerger): when the word ``--config`` is
+    in ``argv``, the file's keys become flags placed before the command line's own (which therefore win), and the
+    two words are dropped. Raises ``ValueError`` with SGLang's messages; SGLang lets it end the launch."""
+    if "--config" not in argv:
+        return argv
+    where = [i for i, arg in enumerate(argv) if arg == "--config"]
+    if len(where) > 1:
+        raise ValueError("Multiple config files specified! Only one allowed.")
+    if where[0] == len(argv) - 1:
+        raise ValueError("No config file specified after --config flag!")
+    path = Path(argv[where[0] + 1])
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        raise ValueError(f"Config file must be YAML format, got: {path.suffix}")
+    if not path.exists():
+        raise ValueError(f"Config file not found: {path}")
+    with open(path) as f:
+        data = yaml.safe_load(f)
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ValueError("Config file must contain a dictionary at root level")
+    store_true = {a.dest for a in parser._actions if isinstance(a, argparse._StoreTrueAction)}
+    single = set()
+    for a in parser._actions:
+        if isinstance(a, argparse._StoreAction) and a.nargs is None:
+            single.add(a.dest)
+            single.update(o.lstrip("-").replace("-", "_") for o in a.option_strings)
+    unsupported = {a.dest: a for a in parser._actions
+                   if a.option_strings and not isinstance(a, argparse._StoreTrueAction | argparse._StoreAction)
+                   and not {"--config", "--help", "-h"} & set(a.option_strings)}
+    merged: list[str] = []
+    for key, value in data.items():
+        norm = str(key).replace("-", "_")
+        if norm in unsupported:
+            raise ValueError(f"Unsupported config option '{norm}' with action "
+                             f"'{unsupported[norm].__class__.__name__}'")
+        if isinstance(value, bool):
+            if norm in store_true:
+                merged += [f"--{key}"] if value else []
+            else:
+                merged += [f"--{key}", str(value).lower()]
+        elif isinstance(value, list):
+            if norm in single:
+                merged += [f"--{key}", json.dumps(value)]
+            elif value:
+                merged += [f"--{key}", *(str(item) for item in value)]
+        elif isinstance(value, dict):
+            merged += [f"--{key}", json.dumps(value)]
+        else:
+            merged += [f"--{key}", str(value)]
+    return merged + argv[:where[0]] + argv[where[0] + 2:]
 
 
 def _positive(value: str) -> float:

@@ -92,6 +92,30 @@ def traceback_text(phase: str, exception: str, cause: str | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
+def config_traceback(exception: str) -> str:
+    """The traceback Python prints when SGLang's launcher cannot merge a --config file."""
+    frames = [
+        ("<frozen runpy>", 198, "_run_module_as_main", None),
+        ("<frozen runpy>", 88, "_run_code", None),
+        (f"{SGLANG_ROOT}/launch_server.py", 90, "<module>", "server_args = prepare_server_args(sys.argv[1:])"),
+        (f"{SGLANG_ROOT}/srt/server_args.py", 8127, "prepare_server_args",
+         "argv = config_merger.merge_config_with_args(argv)"),
+        (f"{SGLANG_ROOT}/srt/utils/server_args_config_parser.py", 81, "merge_config_with_args",
+         "config_data = self._parse_yaml_config(config_file_path)"),
+    ]
+    return _traceback(frames, exception)
+
+
+def _traceback(frames: list[tuple[str, int, str, str | None]], exception: str) -> str:
+    lines = ["Traceback (most recent call last):"]
+    for file, line, func, code in frames:
+        lines.append(f'  File "{file}", line {line}, in {func}')
+        if code:
+            lines.append(f"    {code}")
+    lines.append(exception)
+    return "\n".join(lines)
+
+
 def launcher_traceback(exception: str, inner: list[tuple[str, int, str, str]] | None = None) -> str:
     """The traceback Python prints when argument resolution raises in `python -m sglang.launch_server`.
 
@@ -107,13 +131,7 @@ def launcher_traceback(exception: str, inner: list[tuple[str, int, str, str]] | 
         (f"{SGLANG_ROOT}/srt/server_args.py", 364, "resolve_once", "run_resolution_pipeline(self)"),
         *((f"{SGLANG_ROOT}/{file}", line, func, code) for file, line, func, code in inner),
     ]
-    lines = ["Traceback (most recent call last):"]
-    for file, line, func, code in frames:
-        lines.append(f'  File "{file}", line {line}, in {func}')
-        if code:
-            lines.append(f"    {code}")
-    lines.append(exception)
-    return "\n".join(lines)
+    return _traceback(frames, exception)
 
 
 def die(launcher: logging.Logger, scheduler: logging.Logger, phase: str, exception: str, running: bool,

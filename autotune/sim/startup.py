@@ -6,8 +6,10 @@ import asyncio
 import os
 import sys
 
+import yaml
+
 from autotune.sim import logs
-from autotune.sim.args import ArgRuleError, build_parser, resolve, sim_options
+from autotune.sim.args import ArgRuleError, build_parser, merge_config, resolve, sim_options
 from autotune.sim.profile import ProfileError, load_profile
 
 
@@ -20,7 +22,12 @@ def main(argv: list[str] | None = None) -> None:
         "  Example: sglang serve --model-path <model> [options]\n  warnings.warn(\n"
     )
     parser = build_parser()
-    ns = parser.parse_args(argv)
+    try:
+        merged = merge_config(argv, parser)
+    except (ValueError, OSError, yaml.YAMLError) as e:
+        sys.stderr.write(logs.config_traceback(f"{type(e).__name__}: {e}") + "\n")
+        sys.exit(1)
+    ns = parser.parse_args(merged)
     try:
         profile = load_profile(ns.sim_profile)
     except ProfileError as e:

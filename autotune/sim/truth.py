@@ -33,10 +33,21 @@ from autotune.sim.scheduler import Clock, Request, Scheduler
 #: a replacement request arrives this long (model seconds) after the request it replaces ended: after the server
 #: began its next iteration
 REACTION = 1e-9
-#: completions inside the steady-state window, per request in flight (the figure settles to about 0.3% by then)
-WINDOW_TURNS = 30
-#: requests of the single stream (its figure settles to about 0.3% by then)
-SINGLE_REQUESTS = 1000
+
+
+@dataclass(frozen=True)
+class Length:
+    """How long the virtual runs are: the single stream's requests, and the completions inside a concurrency level's
+    steady-state window per request in flight. By default the figures settle to about 0.1% (single stream) and
+    0.3-0.4% (concurrency 32) of each other over seeds; ``QUICK`` runs a third as long and settles to about 0.2% and
+    0.4-0.5%, for benches that need the truth of many hosts."""
+
+    single_requests: int = 1000
+    window_turns: int = 30
+
+
+FULL = Length()
+QUICK = Length(single_requests=300, window_turns=10)
 _QUIET = logging.getLogger("autotune.sim.truth")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
@@ -87,20 +98,21 @@ def server(argv: list[str], seed: int = 0) -> tuple[Scheduler, VirtualClock, flo
 
 
 def figures(argv: list[str], prompt_lengths: list[int], max_tokens: int, levels: list[int],
-            temperature: float = 0.0, seed: int = 0) -> Truth:
+            temperature: float = 0.0, seed: int = 0, runs: Length = FULL) -> Truth:
     """The figures of the emulator started with ``argv`` for a workload: prompts of ``prompt_lengths`` tokens (used
-    in a shuffled order, as the client does), ``max_tokens`` per request, at concurrency 1 and each of ``levels``."""
+    in a shuffled order, as the client does), ``max_tokens`` per request, at concurrency 1 and each of ``levels``;
+    ``runs``: how long the virtual runs are."""
     scheduler, _, speedup = server(argv)
     plan, spec = scheduler.plan, scheduler.config.spec
     length = model.accept_length(scheduler.profile, spec, temperature)
     if plan.error is not None:
         return Truth(0.0, {c: 0.0 for c in levels}, length, plan.max_running_requests, False, plan.error)
     alone = server(argv, seed)[:2]
-    single = _single(alone, _Prompts(prompt_lengths, seed), max_tokens, temperature)
+    single = _single(alone, _Prompts(prompt_lengths, seed), max_tokens, temperature, runs.single_requests)
     if scheduler.controller is not None:  # the steps it runs are the controller's: what the single stream saw
         length = alone[0].spec_accept_length_so_far or length
     level = {c: _closed_loop(server(argv, seed + c)[:2], _Prompts(prompt_lengths, seed + c), max_tokens, c,
-                             temperature) for c in sorted(set(levels)) if c > 1}
+                             runs.window_turns, temperature) for c in sorted(set(levels)) if c > 1}
     if 1 in levels:
         level[1] = single
     return Truth(single * speedup, {c: v * speedup for c, v in level.items()}, length, plan.max_running_requests,
@@ -126,11 +138,12 @@ def _request(prompts: _Prompts, max_tokens: int, temperature: float) -> Request:
                    stream=True, log_metrics=False)
 
 
-def _single(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: int, temperature: float) -> float:
+def _single(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: int, temperature: float,
+            requests: int) -> float:
     """Tokens over the whole request time, one request at a time."""
     scheduler, clock = run
     tokens = seconds = 0.0
-    for _ in range(SINGLE_REQUESTS):
+    for _ in range(requests):
         req = scheduler.submit(_request(prompts, max_tokens, temperature))
         sent = clock.now()
         while not req.finished:
@@ -141,7 +154,7 @@ def _single(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: 
 
 
 def _closed_loop(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: int, concurrency: int,
-                 temperature: float) -> float:
+                 turns: int, temperature: float) -> float:
     scheduler, clock = run
     ramp = []
     for i in range(concurrency):
@@ -160,7 +173,7 @@ def _closed_loop(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tok
             window_start, tokens_at_start = clock.now(), scheduler.total_generated
         elif window_start is not None:
             finished_in_window += len(done)
-            if finished_in_window >= WINDOW_TURNS * concurrency:
+            if finished_in_window >= turns * concurrency:
                 return (scheduler.total_generated - tokens_at_start) / (clock.now() - window_start)
         end = clock.now()
         clock.t = end + REACTION

@@ -5,6 +5,7 @@ stops the whole process tree, it keeps every start's log, and at the end of a st
 """
 from __future__ import annotations
 
+import logging
 import shlex
 from abc import ABC, abstractmethod
 from contextlib import AbstractContextManager
@@ -12,7 +13,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from autotune.engines import Engine, get_engine
 from autotune.tables import Reader
+from autotune.targets.launch import Launch, kept_warning, prepare
+
+log = logging.getLogger("autotune")
 
 
 @dataclass(frozen=True)
@@ -23,6 +28,9 @@ class TargetSpec:
     name: str = "default"
     server_port: int = 30000                          # the engine's HTTP port on the target
     env: dict[str, str] = field(default_factory=dict)  # environment variables for the server
+    #: the engine the study runs (set by the plan, not the study's table): how a secret flag reaches the server
+    #: other than on its command line is the engine's knowledge
+    engine: str = ""
 
     #: the ``kind = "..."`` this spec is for
     kind: ClassVar[str] = ""
@@ -77,6 +85,8 @@ class Target(ABC):
     def __init__(self, spec: TargetSpec, cwd: Path | None = None) -> None:
         """``cwd``: where relative paths of the study resolve (a local server starts there)."""
         self.spec = spec
+        self.engine: Engine | None = get_engine(spec.engine) if spec.engine else None
+        self._warned_kept = False
 
     @property
     def name(self) -> str:
@@ -84,6 +94,17 @@ class Target(ABC):
 
     #: whether the server should keep running after the tuner exits (False for local targets)
     keeps_server: bool = True
+    #: the machine the server runs on, as its users would name it
+    machine: str = "this machine"
+
+    def launch(self, argv: list[str], env: dict[str, str]) -> Launch:
+        """A start of ``argv`` with the target's and ``env``'s environment, its secret flags off the command line
+        where the engine allows it (a warning, once, for those it does not)."""
+        launch = prepare(self.engine, argv, {**self.spec.env, **env})
+        if launch.kept and not self._warned_kept:
+            self._warned_kept = True
+            log.warning(kept_warning(launch, self.machine))
+        return launch
 
     def preflight(self, command: list[str]) -> None:
         """Checks that need no deployment (reachable, the server command exists); raises ``UserError``.

@@ -1,9 +1,14 @@
-"""A local port forward through a target's SSH connection (what ``ssh -L`` does), surviving reconnections."""
+"""A local port forward to a target: through the target's own SSH connection (paramiko; what ``ssh -L`` does),
+surviving reconnections; or through OpenSSH's ``ssh -L`` itself."""
 from __future__ import annotations
 
 import contextlib
 import logging
+import os
+import shutil
 import socket
+import subprocess
+import tempfile
 import threading
 import time
 from collections.abc import Callable
@@ -11,7 +16,7 @@ from collections.abc import Callable
 import paramiko
 
 from autotune.errors import TrialFailure, UserError
-from autotune.targets.ssh import LINK_ERRORS, SSHConnection, describe_error
+from autotune.targets.ssh import LINK_ERRORS, SSHConnection, SSHSpec, describe_error
 
 log = logging.getLogger(__name__)
 #: bytes read per call in each direction of a forwarded connection
@@ -126,3 +131,77 @@ class LocalForward:
         finally:
             with contextlib.suppress(OSError):
                 client.shutdown(socket.SHUT_RDWR)  # ends client.recv in the serving thread
+
+
+class OpenSSHForward:
+    """127.0.0.1:<port> on this machine -> ``remote_host:remote_port`` from the target, through OpenSSH's own client
+    (``ssh -L``): one ControlMaster connection with the target's key, port and known_hosts (host keys checked, never
+    added), in a private control directory. The same interface as ``LocalForward``.
+
+    The connection runs ``cat`` on the target with this process holding its input: when autotune ends, however it
+    ends, the input closes, the remote command exits and ssh with it, so no forward outlives its tuner.
+    """
+
+    def __init__(self, spec: SSHSpec, remote_host: str, remote_port: int, timeout: float | None = None) -> None:
+        if spec.password_env:
+            raise UserError(f"target {spec.name}: the OpenSSH forward cannot use password_env (ssh reads no password "
+                            "from the environment): use a key, or another [workload] client")
+        self.closed = False
+        self._dir = tempfile.mkdtemp(prefix="autotune-ssh-")
+        self.port = _free_port()
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "StrictHostKeyChecking=yes",
+                "-o", f"UserKnownHostsFile={os.path.expanduser(spec.known_hosts)}", "-o", "ExitOnForwardFailure=yes",
+                "-o", "ControlMaster=yes", "-o", f"ControlPath={self._dir}/master", "-o", "ServerAliveInterval=15",
+                "-o", f"ConnectTimeout={spec.connect_timeout:g}", "-p", str(spec.port),
+                "-L", f"127.0.0.1:{self.port}:{remote_host}:{remote_port}"]
+        if spec.key_file:
+            argv += ["-i", os.path.expanduser(spec.key_file), "-o", "IdentitiesOnly=yes"]
+        if spec.user:
+            argv += ["-l", spec.user]
+        argv += ["--", spec.host, "cat >/dev/null"]
+        try:
+            self._proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                          stderr=subprocess.PIPE)
+        except OSError as e:
+            self._cleanup()
+            raise UserError(f"target {spec.name}: cannot run OpenSSH's ssh for the forward: {e.strerror}") from None
+        deadline = time.monotonic() + (timeout or spec.connect_timeout + 5)
+        while time.monotonic() < deadline:
+            if self._proc.poll() is not None:
+                detail = (self._proc.stderr.read() if self._proc.stderr else b"").decode(errors="replace").strip()
+                self.close()
+                raise TrialFailure("ssh_lost", f"ssh -L to {spec.host}:{spec.port} ended: "
+                                               f"{detail.splitlines()[-1] if detail else self._proc.returncode}")
+            with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return
+            time.sleep(0.05)
+        self.close()
+        raise TrialFailure("ssh_lost", f"ssh -L to {spec.host}:{spec.port} did not open its forward in time")
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def close(self) -> None:
+        self.closed = True
+        if self._proc.poll() is None:
+            self._proc.terminate()
+            try:
+                self._proc.wait(5)
+            except subprocess.TimeoutExpired:
+                self._proc.kill()
+                self._proc.wait()
+        for pipe in (self._proc.stdin, self._proc.stderr):
+            if pipe is not None:
+                with contextlib.suppress(OSError):
+                    pipe.close()
+        self._cleanup()
+
+    def _cleanup(self) -> None:
+        shutil.rmtree(self._dir, ignore_errors=True)
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])

@@ -1,39 +1,75 @@
 """The local target: the server runs on this machine as its own process group.
 
 Each start gets a new session (so the whole tree can be signalled at once and a Ctrl-C to the tuner does not reach
-it), writes its log to the trial's log file, and is recorded in a pid file so that a server orphaned by a killed
-tuner is found and stopped by the next one instead of holding the port (and, on a GPU host, its memory).
+it), its output goes through the tuner into the trial's log file with the start's secrets masked as it is written,
+and it is recorded in a pid file (no argument, no secret in it) so that a server orphaned by a killed tuner is found
+and stopped by the next one instead of holding the port (and, on a GPU host, its memory). Secret flags reach the
+server off its command line where the engine allows it (targets/launch.py): through its environment, or a file in
+a private directory that lives as long as the start.
 """
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import socket
 import subprocess
+import tempfile
+import threading
 import time
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import IO
 
+from autotune import redact
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import FileLock, holder_description, state_dir
+from autotune.lock import holder_description, state_dir
 from autotune.targets.base import Deployment, Target, TargetSpec
+from autotune.targets.local_lock import HostLock
 from autotune.targets.programs.ports import kill_group, port_holder
 
 STOP_GRACE = 10.0      # seconds between SIGTERM and SIGKILL
 PORT_WAIT = 30.0       # seconds to wait for the port to be released after the tree is gone
 
 
+def _copy_masked(source: IO[bytes], log_path: Path, masked: tuple[str, ...]) -> None:
+    """Copy a server's output into its log line by line, every secret masked before it is written."""
+    values = sorted((v.encode() for v in masked if len(v) >= redact.SHORTEST), key=len, reverse=True)
+    with source, open(log_path, "ab") as log:
+        for line in source:
+            data = line
+            for value in values:
+                data = data.replace(value, redact.MASK.encode())
+            log.write(redact.mask(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+            log.flush()
+
+
 class LocalDeployment(Deployment):
-    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log_path: Path) -> None:
+    def __init__(self, proc: subprocess.Popen[bytes], base_url: str, log_path: Path, masked: tuple[str, ...] = (),
+                 secret_dir: str | None = None) -> None:
         self.proc = proc
         self.base_url = base_url
         self.log_path = log_path
+        self.secret_dir = secret_dir
         self._offset = 0
+        assert proc.stdout is not None
+        self._copier = threading.Thread(target=_copy_masked, args=(proc.stdout, log_path, masked), daemon=True,
+                                        name=f"log-{proc.pid}")
+        self._copier.start()
+
+    def finish(self) -> None:
+        """After the server's process group is gone: the last of its output into the log, its secret file away."""
+        self._copier.join(5)
+        if self.secret_dir is not None:
+            shutil.rmtree(self.secret_dir, ignore_errors=True)
 
     def exit_status(self) -> int | None:
-        return self.proc.poll()
+        status = self.proc.poll()
+        if status is not None:
+            self._copier.join(2)  # its last lines are in the log before anyone reads why it ended
+        return status
 
     def read_log(self) -> str:
         try:
@@ -72,7 +108,7 @@ class LocalTarget(Target):
         return f"http://127.0.0.1:{self.spec.server_port}"
 
     def lock(self, holder: str) -> AbstractContextManager[None]:
-        return FileLock(self.spec.identity, holder_description(holder))
+        return HostLock(self.spec.identity, [f"port:{self.spec.server_port}"], holder_description(holder))
 
     def preflight(self, command: list[str]) -> None:
         if resolve_command(command[0], self.cwd) is None:
@@ -89,26 +125,37 @@ class LocalTarget(Target):
         executable = resolve_command(argv[0], self.cwd)
         if executable is None:
             raise TrialFailure("deploy_failed", f"server command not found: {argv[0]}")
+        launch = self.launch(argv, env)
+        secret_dir = path = None
+        if launch.file is not None:
+            secret_dir = tempfile.mkdtemp(prefix="autotune-secret-")  # 0700, this user's
+            path = os.path.join(secret_dir, f"secret{launch.file.suffix}")
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                f.write(launch.file.text)
+        command = launch.command(path)
         log_path.parent.mkdir(parents=True, exist_ok=True)
-        with open(log_path, "ab") as log:
-            try:
-                proc = subprocess.Popen(
-                    [executable, *argv[1:]], cwd=self.cwd, env={**os.environ, **self.spec.env, **env},
-                    stdin=subprocess.DEVNULL,
-                    stdout=log, stderr=subprocess.STDOUT, start_new_session=True,
-                )
-            except OSError as e:
-                raise TrialFailure("deploy_failed", f"cannot start {argv[0]}: {e.strerror}") from None
-        self._pidfile.write_text(json.dumps({"pid": proc.pid, "start": start_time(proc.pid), "argv": argv}))
-        self.current = LocalDeployment(proc, self.base_url(), log_path)
+        try:
+            proc = subprocess.Popen(
+                [executable, *command[1:]], cwd=self.cwd, env={**os.environ, **launch.env},
+                stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, start_new_session=True,
+            )
+        except OSError as e:
+            if secret_dir is not None:
+                shutil.rmtree(secret_dir, ignore_errors=True)
+            raise TrialFailure("deploy_failed", f"cannot start {argv[0]}: {e.strerror}") from None
+        self._pidfile.write_text(json.dumps({"pid": proc.pid, "start": start_time(proc.pid),
+                                             "secret_dir": secret_dir}))
+        self.current = LocalDeployment(proc, self.base_url(), log_path, launch.secrets, secret_dir)
         return self.current
 
     def stop(self) -> None:
         if self.current is None:
             return
-        proc, self.current = self.current.proc, None
-        kill_group(proc.pid, STOP_GRACE)
-        proc.poll()  # reap the leader
+        current, self.current = self.current, None
+        kill_group(current.proc.pid, STOP_GRACE)
+        current.proc.poll()  # reap the leader
+        current.finish()
         self._pidfile.unlink(missing_ok=True)
         wait_port_free(self.spec.server_port)
 
@@ -127,6 +174,10 @@ class LocalTarget(Target):
         if pid > 0 and _is_group_leader(pid) and record.get("start") and start_time(pid) == record["start"]:
             kill_group(pid, STOP_GRACE)
             wait_port_free(self.spec.server_port)
+        secret_dir = record.get("secret_dir")
+        if isinstance(secret_dir, str) and os.path.basename(secret_dir).startswith("autotune-secret-"):
+            with contextlib.suppress(OSError):
+                shutil.rmtree(secret_dir)
         self._pidfile.unlink(missing_ok=True)
 
 

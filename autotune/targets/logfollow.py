@@ -9,6 +9,7 @@ from pathlib import Path
 
 import paramiko
 
+from autotune import redact
 from autotune.errors import TrialFailure, UserError
 
 log = logging.getLogger(__name__)
@@ -19,13 +20,16 @@ class LogFollower:
     ``fetch()`` returns the log text that appeared on the target since its previous call. A background thread
     calls it every ``interval`` seconds and appends the text to ``log_path``; ``read()`` fetches once more and
     returns everything that arrived since the previous ``read()`` (so readiness and liveness checks see every
-    line, and the trial's log file is complete even while nobody reads it, e.g. during the benchmark).
+    line, and the trial's log file is complete even while nobody reads it, e.g. during the benchmark). Secrets
+    (``masked``, and every value redact.py knows) are masked before the text is written or handed out.
     """
 
     PENDING_LIMIT = 1 << 20     # characters of unread text kept for read(); the file keeps everything
 
-    def __init__(self, fetch: Callable[[], str], log_path: Path, interval: float, name: str) -> None:
+    def __init__(self, fetch: Callable[[], str], log_path: Path, interval: float, name: str,
+                 masked: tuple[str, ...] = ()) -> None:
         self._fetch = fetch
+        self._masked = sorted((v for v in masked if len(v) >= redact.SHORTEST), key=len, reverse=True)
         self.log_path = log_path
         self.interval = interval
         self._pending: list[str] = []
@@ -52,6 +56,9 @@ class LogFollower:
 
     def _pull(self) -> str:
         text = self._fetch()
+        for value in self._masked:
+            text = text.replace(value, redact.MASK)
+        text = redact.mask(text)
         if text:
             self.log_path.parent.mkdir(parents=True, exist_ok=True)
             with open(self.log_path, "a", encoding="utf-8") as f:

@@ -1,15 +1,15 @@
 """The ssh-process target: the server runs on a remote host as a plain process group started over SSH.
 
-Remote layout (``DIR`` = ``<workdir>/port-<server_port>``)::
+Remote layout (``DIR`` = ``<workdir>/port-<server_port>``, private to the SSH user)::
 
-    DIR/server.pid                   the running start: {"pgid", "start", "exit", "log", "argv"} (JSON)
-    DIR/server-<stamp>.log           one log per start (stdout and stderr)
+    DIR/server.pid                   the running start: {"pgid", "start", "exit", "log", "since", "token", "files"}
+    DIR/server-<stamp>.log           one log per start (stdout and stderr, its secrets masked)
     DIR/server-<stamp>.exit          the server's exit status, written when it ends (negative: killed by signal)
-    DIR/lock, DIR/holder.json        the one-tuner-per-target lock (see ``RemoteLock``)
+    DIR/secret-<stamp>.<ext>         the secret flags the engine reads from a file (0600), while the server runs
 
-A start runs ``nohup python3 -c SUPERVISOR PIDFILE EXITFILE ARGV...`` in the background, with the target's and the
-engine's environment sourced from a private file (never on a command line, where ``ps`` shows it): the supervisor
-(programs/supervisor.py) makes itself a process-group leader, writes the pid file, execs ARGV unchanged and records
+A start runs programs/supervisor.py with the start (argv, environment, secret file, the secrets to mask) on its
+standard input, never on a command line, where ``ps`` shows it to every user of the host. The supervisor checks DIR,
+writes the secret file, makes itself a process-group leader, writes the pid file, execs ARGV unchanged and records
 its exit status. Only SIGKILL to the whole group (the stop after the grace period) ends it without a record, which
 ``exit_status`` then reports as -9.
 
@@ -20,7 +20,8 @@ fails the trial with port_busy, naming the holder when the target lets us see it
 
 The server log reaches the trial's local log file by offset over SFTP: every second in the background (so the file
 is complete, as a local server's is, even while the benchmark runs) and on every ``read_log``. Polls of a running
-deployment are SFTP reads only (exit file, /proc/PGID/stat); no shell runs per poll.
+deployment are SFTP reads only (exit file, /proc/PGID/stat); no shell runs per poll. These reads follow what the
+supervisor created in DIR, which only the SSH user (or root) can change.
 """
 from __future__ import annotations
 
@@ -35,13 +36,12 @@ from pathlib import Path
 from autotune.errors import TrialFailure
 from autotune.targets.base import Deployment
 from autotune.targets.logfollow import LogFollower
-from autotune.targets.programs import source
-from autotune.targets.remote import FIND_PYTHON, RemoteTarget
+from autotune.targets.remote import RemoteTarget
 from autotune.targets.ssh import READ_LIMIT, SSHConnection, SSHSpec, sh_command
 
 STOP_GRACE = 10.0      # seconds between SIGTERM and SIGKILL
 PORT_WAIT = 30.0       # seconds to wait for the port to be released once the group is gone
-LAUNCH_WAIT = 10.0     # seconds to wait for the supervisor to write the pid file
+LAUNCH_WAIT = 10.0     # seconds the supervisor waits for its daemon to start (programs/supervisor.py START_WAIT)
 LOG_FOLLOW_INTERVAL = 1.0  # seconds between background fetches of the server log into the trial's log file
 
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -58,7 +58,7 @@ class ProcessDeployment(Deployment):
     """One start of the server on the target, watched through SFTP (no command runs per poll)."""
 
     def __init__(self, conn: SSHConnection, record: dict[str, object], remote_log: str, base_url: str,
-                 log_path: Path) -> None:
+                 log_path: Path, masked: tuple[str, ...] = ()) -> None:
         self.conn = conn
         self.pgid = int(record["pgid"])  # type: ignore[arg-type]
         self.start = str(record.get("start", ""))
@@ -69,7 +69,7 @@ class ProcessDeployment(Deployment):
         self._offset = 0
         self._status: int | None = None
         self._generation = conn.generation
-        self._follower = LogFollower(self._fetch_log, log_path, LOG_FOLLOW_INTERVAL, f"pgid-{self.pgid}")
+        self._follower = LogFollower(self._fetch_log, log_path, LOG_FOLLOW_INTERVAL, f"pgid-{self.pgid}", masked)
 
     def reconnected(self) -> bool:
         """Whether the SSH connection was reopened since this start (requests through the tunnel in flight at
@@ -138,8 +138,8 @@ class ProcessTarget(RemoteTarget):
         self.current: ProcessDeployment | None = None
 
     @property
-    def directory(self) -> str:
-        return posixpath.join(self.conn.resolve(self.spec.workdir), f"port-{self.spec.server_port}")
+    def subdir(self) -> str:
+        return f"port-{self.spec.server_port}"
 
     @property
     def pid_file(self) -> str:
@@ -151,8 +151,8 @@ class ProcessTarget(RemoteTarget):
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessDeployment:
         if not argv:
             raise TrialFailure("deploy_failed", "empty server command")
-        merged = {**self.spec.env, **env}
-        bad = [k for k in merged if not _ENV_NAME.match(k)]
+        launch = self.launch(argv, env)
+        bad = [k for k in launch.env if not _ENV_NAME.fullmatch(k)]
         if bad:
             raise TrialFailure("deploy_failed", f"invalid environment variable name {bad[0]!r}")
         if self.current is not None:
@@ -162,48 +162,20 @@ class ProcessTarget(RemoteTarget):
             holder = state.get("holder") or "another process"
             raise TrialFailure("port_busy", f"port {self.spec.server_port} on {self.spec.host} is held by {holder}")
         stamp = time.strftime("%Y%m%d-%H%M%S") + "-" + secrets.token_hex(3)
-        d = self.directory
-        remote_log = posixpath.join(d, f"server-{stamp}.log")
-        exit_file = posixpath.join(d, f"server-{stamp}.exit")
-        q = sh_command
-        # the environment goes through a private file, sourced and removed by the launch script: values on the
-        # command line would be visible to every user of the host in ps
-        env_file = posixpath.join(d, f"env-{stamp}")
-        launch = " ".join([
-            "nohup", '"$PY"', "-c", q([source("supervisor")]), q([self.pid_file, exit_file]), q(argv),
-            "</dev/null", ">>" + q([remote_log]), "2>&1", "&",
-        ])
-        no_start = json.dumps({"error": f"the server supervisor did not start within {LAUNCH_WAIT:g} s "
-                                        f"(see {remote_log} on the target)"})
-        if merged:
-            self.ensure_private()
-            text = "".join(f"{k}={q([v])}\n" for k, v in merged.items())
-            self.conn.write_bytes(env_file, text.encode(), 0o600, exclusive=True)
-        script = "\n".join([
-            *self.guard(),
-            f"cd {q([d])} || exit 97",
-            FIND_PYTHON,
-            f"rm -f {q([self.pid_file])}",
-            *([f"set -a; . {q([env_file])}; set +a; rm -f {q([env_file])}"] if merged else []),
-            launch,
-            "i=0",
-            f"while [ ! -s {q([self.pid_file])} ] && [ $i -lt {int(LAUNCH_WAIT / 0.05)} ]; do "
-            "sleep 0.05; i=$((i+1)); done",
-            f"cat {q([self.pid_file])} 2>/dev/null || echo {q([no_start])}",
-        ])
-        result = self.conn.run(script, timeout=LAUNCH_WAIT + 20, retry=False, what="starting the server")
-        self._refused(result)
-        if result.status == 97:
-            raise TrialFailure("deploy_failed", f"cannot create workdir {d} on {self.spec.host}: {result.detail()}")
-        try:
-            record = json.loads(result.stdout.strip().splitlines()[-1])
-        except (ValueError, IndexError):
-            raise TrialFailure("deploy_failed", f"starting the server on {self.spec.host} failed "
-                                                f"(status {result.status}): "
-                                                f"{result.detail()}") from None
+        files = {}
+        path = None
+        if launch.file is not None:
+            name = f"secret-{stamp}{launch.file.suffix}"
+            files[name] = launch.file.text
+            path = posixpath.join(self.directory, name)
+        request = {"argv": launch.command(path), "env": launch.env, "files": files, "mask": list(launch.secrets),
+                   "stamp": stamp}
+        record = self.run_program("supervisor", self.workdir, self.subdir, stdin=json.dumps(request).encode(),
+                                  timeout=LAUNCH_WAIT + 20, retry=False, what="starting the server")
         if "error" in record:
             raise TrialFailure("deploy_failed", str(record["error"]))
-        self.current = ProcessDeployment(self.conn, record, remote_log, self.base_url(), log_path)
+        self.current = ProcessDeployment(self.conn, record, str(record["log"]), self.base_url(), log_path,
+                                         launch.secrets)
         return self.current
 
     def stop(self) -> None:
@@ -215,8 +187,8 @@ class ProcessTarget(RemoteTarget):
     def _stop_recorded(self) -> dict[str, object]:
         """Stop the process group the pid file names (this tuner's server or an orphan of an earlier one) and wait
         for the port; returns {"listening", "holder", "stopped"}."""
-        return self.run_program("ports", "stop", self.pid_file, STOP_GRACE, self.spec.server_port, PORT_WAIT,
-                                timeout=STOP_GRACE + PORT_WAIT + 30, what="stopping the server")
+        return self.run_program("ports", "stop", self.workdir, self.subdir, STOP_GRACE, self.spec.server_port,
+                                PORT_WAIT, timeout=STOP_GRACE + PORT_WAIT + 30, what="stopping the server")
 
     def close(self) -> None:
         if self.current is not None:

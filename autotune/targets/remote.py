@@ -1,10 +1,17 @@
-"""What the ssh-* targets share: one SSH connection, the one-tuner lock on the target, the server's URL (through a
-port forward with ``tunnel``), the preflight checks, and running the remote programs (targets/programs/) with the
-target's python3.
+"""What the ssh-* targets share: one SSH connection, the one-tuner lock on the host, the server's URL (through a
+port forward with ``tunnel``), the preflight checks, running the remote programs (targets/programs/) with the
+target's python3, and autotune's directory there.
+
+autotune's directory on the target (``workdir``/``subdir``) is only ever used by a remote program that checks the
+whole path first (programs/safedir.py: StrictModes' rule for every directory from /, the last two the user's own)
+and then reads, writes, renames or removes through the directory it checked, never following a link: there is no
+gap between a check and a use for anyone to swap something into.
 """
 from __future__ import annotations
 
+import base64
 import json
+import posixpath
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -13,52 +20,17 @@ from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description
 from autotune.targets.base import Target
 from autotune.targets.forward import LocalForward
-from autotune.targets.programs import source
+from autotune.targets.programs import FIND_PYTHON, program_line
+from autotune.targets.programs.safedir import REFUSED
 from autotune.targets.remote_lock import RemoteLock
 from autotune.targets.ssh import Completed, SSHConnection, SSHSpec, sh_command
 
-#: shell lines that set $PY to a python3 on the target (the system's first: no pyenv/conda shim, which on GPU hosts
-#: is often slow to start), or fail
-FIND_PYTHON = (
-    'PY=; for c in /usr/bin/python3 /usr/local/bin/python3 python3; do '
-    'if command -v "$c" >/dev/null 2>&1; then PY=$(command -v "$c"); break; fi; done; '
-    '[ -n "$PY" ] || { echo "autotune: python3 is not installed on the target (needed for its helpers)" >&2; '
-    'exit 127; }'
-)
-
-
-#: exit status of a guard line that refused a directory (its reason is on stderr)
-REFUSED = 96
-
-
-def guard_lines(*directories: str) -> list[str]:
-    """Shell lines run before autotune uses its directories on the target: each is created private (umask 077) if
-    missing, and one that is a symbolic link, belongs to another user or is writable by others is refused (exit
-    ``REFUSED``, one line on stderr). On a shared host another user who made the directory first could otherwise plant
-    or swap what autotune reads, installs and signals from there (a backup, an upload, a pid file)."""
-    lines = ["umask 077"]
-    for d in directories:
-        q = sh_command([d])
-        fix = "give [target] workdir a directory of your own"
-
-        def refuse(why: str, q: str = q, d: str = d, fix: str = fix) -> str:
-            return f"{{ echo {sh_command([f'autotune: {d} {why}: refusing to use it ({fix})'])} >&2; exit {REFUSED}; }}"
-        lines += [
-            f"[ ! -L {q} ] || {refuse('is a symbolic link')}",
-            f"mkdir -p {q} 2>/dev/null; [ -d {q} ] || {refuse('cannot be created')}",
-            f"[ -O {q} ] || {refuse('belongs to another user')}",
-            f'[ -z "$(find {q} -maxdepth 0 -perm /022 2>/dev/null)" ] || {refuse("is writable by other users")}',
-        ]
-    return lines
-
-
-def program_line(name: str, *args: object) -> str:
-    """A shell line running remote program ``name`` with ``args`` (quoted) by ``$PY`` (FIND_PYTHON sets it)."""
-    return f'"$PY" -c {sh_command([source(name), *[str(a) for a in args]])}'
+__all__ = ["FIND_PYTHON", "REFUSED", "RemoteTarget", "program_line"]
 
 
 class RemoteTarget(Target):
-    """A target on a host reached over SSH; subclasses say where on the target their files live (``directory``)."""
+    """A target on a host reached over SSH; subclasses name their directory under ``workdir`` (``subdir``) and
+    the lock names that keep other tuners of the same server off the host (``lock_names``)."""
 
     spec: SSHSpec
 
@@ -68,9 +40,27 @@ class RemoteTarget(Target):
         self._forward: LocalForward | None = None
 
     @property
-    def directory(self) -> str:
-        """This target's own directory on the host (under ``workdir``)."""
+    def machine(self) -> str:  # type: ignore[override]
+        return self.spec.host
+
+    @property
+    def subdir(self) -> str:
+        """This target's own directory's name in ``workdir``."""
         raise NotImplementedError
+
+    @property
+    def lock_names(self) -> list[str]:
+        """What two tuners of this target would both use on the host (locked by name there: hostlock.py)."""
+        return [f"port:{self.spec.server_port}"]
+
+    @property
+    def workdir(self) -> str:
+        return self.conn.resolve(self.spec.workdir)
+
+    @property
+    def directory(self) -> str:
+        """This target's own directory on the host."""
+        return posixpath.join(self.workdir, self.subdir)
 
     def base_url(self) -> str:
         """http://127.0.0.1:<forwarded port> with ``tunnel`` (the same port for the target's whole life);
@@ -82,37 +72,55 @@ class RemoteTarget(Target):
         host = f"[{self.spec.host}]" if ":" in self.spec.host else self.spec.host
         return f"http://{host}:{self.spec.server_port}"
 
-    def guard(self) -> list[str]:
-        """guard_lines for the workdir and this target's directory in it."""
-        return guard_lines(self.conn.resolve(self.spec.workdir), self.directory)
-
-    def ensure_private(self) -> None:
-        """Run the guard on its own, before files are written there over SFTP; a refused directory stops the run
-        (it is the host's setup, not a config's fault)."""
-        self._refused(self.conn.run("\n".join(self.guard()), what="checking the workdir"))
-
+    # -- autotune's directory on the target --------------------------------------------------------------------
     def _refused(self, result: Completed) -> None:
         if result.status == REFUSED:
             raise UserError(f"target {self.spec.name}: {result.detail().removeprefix('autotune: ')}")
 
-    def lock(self, holder: str) -> AbstractContextManager[None]:
-        return RemoteLock(self.conn, self.directory, self.spec.identity, holder_description(holder))
+    def in_workdir(self, op: str, *args: object, stdin: bytes | None = None, what: str) -> dict[str, Any]:
+        """Run programs/workdir.py's ``op`` in this target's directory; a directory or file another user could
+        control is a ``UserError`` (the host's setup, not a config's fault)."""
+        return self.run_program("workdir", self.workdir, self.subdir, op, *args, stdin=stdin, what=what)
 
-    def close(self) -> None:
-        if self._forward is not None:
-            self._forward.close()
-        self.conn.close()
+    def read_file(self, name: str) -> bytes | None:
+        """File ``name`` in this target's directory (None when it does not exist)."""
+        data = self.in_workdir("read", name, what=f"reading {name}").get("data")
+        return None if data is None else base64.b64decode(data)
 
-    def run_program(self, name: str, *args: object, timeout: float, what: str) -> dict[str, Any]:
+    def write_file(self, name: str, data: bytes, mode: int = 0o600, *, exclusive: bool = False) -> bool:
+        """Write ``name`` in this target's directory whole; with ``exclusive`` never over an existing one (False
+        then)."""
+        flags = ["exclusive"] if exclusive else []
+        return bool(self.in_workdir("write", name, f"{mode:o}", *flags, stdin=data, what=f"writing {name}")
+                    .get("written"))
+
+    def remove_files(self, *names: str) -> list[str]:
+        return list(self.in_workdir("remove", *names, what="removing files").get("removed", []))
+
+    def rename_file(self, src: str, dst: str) -> None:
+        self.in_workdir("rename", src, dst, what=f"renaming {src}")
+
+    # -- programs, lock, checks --------------------------------------------------------------------------------
+    def run_program(self, name: str, *args: object, timeout: float = 60.0, what: str,
+                    stdin: bytes | None = None, retry: bool = True) -> dict[str, Any]:
         """Run remote program ``name`` and return the JSON object it prints last."""
-        script = "\n".join([*self.guard(), FIND_PYTHON, program_line(name, *args)])
-        result = self.conn.run(script, timeout=timeout, what=what)
+        script = "\n".join([FIND_PYTHON, program_line(name, *args)])
+        result = self.conn.run(script, timeout=timeout, what=what, stdin=stdin, retry=retry)
         self._refused(result)
         try:
             return json.loads(result.stdout.strip().splitlines()[-1])
         except (ValueError, IndexError):
             raise TrialFailure("deploy_failed", f"{what} on {self.spec.host} failed "
                                                 f"(python3 on the target?): {result.detail()}") from None
+
+    def lock(self, holder: str) -> AbstractContextManager[None]:
+        return RemoteLock(self.conn, lambda: (self.workdir, self.subdir), self.lock_names, self.spec.identity,
+                          holder_description(holder))
+
+    def close(self) -> None:
+        if self._forward is not None:
+            self._forward.close()
+        self.conn.close()
 
     def port_state(self, wait: float = 0.0) -> dict[str, Any]:
         """Whether something listens on the server port on the target (waiting up to ``wait`` seconds for it to be
@@ -121,8 +129,8 @@ class RemoteTarget(Target):
                                 what="checking the server port")
 
     def check_sftp(self) -> None:
-        """autotune moves files and follows logs over SFTP: a host whose sshd offers no SFTP subsystem is refused
-        here, in one line, instead of failing every trial as ssh_lost."""
+        """autotune follows logs over SFTP: a host whose sshd offers no SFTP subsystem is refused here, in one line,
+        instead of failing every trial as ssh_lost."""
         try:
             self.conn.sftp(lambda s: s.normalize("."), "opening an SFTP session", retry=False)
         except TrialFailure as e:
@@ -132,11 +140,11 @@ class RemoteTarget(Target):
 
     def check_host(self, command: list[str], extra: list[str] | None = None, search_path: str | None = None) -> None:
         """Connect (host key and authentication problems surface here) and check on the target, in one command,
-        that python3 and flock exist, ``directory`` can be made and the server command exists (found from it, on the
-        PATH of a non-interactive SSH session, or on ``search_path``). ``extra`` shell lines may add checks that
-        print a message to stderr and exit non-zero. Raises ``UserError`` naming the target and the problem."""
+        that python3 exists, this target's directory is private (created if missing) and the server command exists
+        (found from that directory, on the PATH of a non-interactive SSH session, or on ``search_path``). ``extra``
+        shell lines may add checks that print a message to stderr and exit non-zero. Raises ``UserError`` naming the
+        target and the problem."""
         q = sh_command
-        workdir = self.directory
         exe = command[0] if command else ""
         if "/" in exe:
             found = f"[ -x {q([exe])} ]"
@@ -148,9 +156,8 @@ class RemoteTarget(Target):
         self.check_sftp()
         script = "\n".join([
             FIND_PYTHON,
-            "command -v flock >/dev/null 2>&1 || { echo 'autotune: flock (util-linux) is not installed' >&2; exit 1; }",
-            *self.guard(),
-            f"cd {q([workdir])} || {{ echo {q([f'autotune: cannot enter workdir {workdir}'])} >&2; exit 1; }}",
+            f"{program_line('workdir', self.workdir, self.subdir, 'check')} >/dev/null || exit $?",
+            f"cd {q([self.directory])} || {{ echo {q([f'autotune: cannot enter {self.directory}'])} >&2; exit 1; }}",
             f"{found} || {{ echo {q([f'autotune: server command not found: {exe}{where}'])} >&2; exit 1; }}",
             *(extra or []),
         ])

@@ -6,13 +6,21 @@ ExecStartPre=...) is never rewritten or even parsed, so nothing of it can be los
 deleting one file. The ``zz-`` prefix sorts it after the operator's own drop-ins (systemd applies drop-ins in file
 name order across /etc, /run and /usr/lib), so an ``override.conf`` with its own ExecStart= cannot shadow the trial.
 
+Secrets stay out of the drop-in (systemd shows a unit's ExecStart= and Environment= to every user, whatever the
+file's mode): secret variables go to ``zz-autotune.env`` (its EnvironmentFile=), secret flags to the file the engine
+reads them from (``zz-autotune.yaml`` for SGLang's --config), both 0600 beside it; with sudo they are written by
+``install`` from its standard input, so no copy is left anywhere. Files of ours the drop-in in place does not name
+are removed.
+
 Backup: before the first change, the unit as it is (``systemctl cat``, the fragment file, any existing
 zz-autotune.conf, whether it was running) is saved on the target (``<workdir>/unit-<unit>/backup.json``) and a copy
 kept locally (``$XDG_STATE_HOME/autotune/backups/``). An existing backup is never overwritten, so it stays the
 pre-tuning original across tuner restarts and across tuners on other machines (a missing remote copy is put back
-from the local one). ``restore`` puts the drop-in back as it was (removes ours, or restores the file that was
-there), reloads, restarts the unit if it was running before tuning, and then archives the backup (renamed
-``backup.restored-<time>.json``) so the next study starts from the unit as it is then.
+from the local one). ``restore`` installs what autotune's own local copy holds: a target copy that differs from it
+is refused, and a target copy without a local one is used only when there is no drop-in to put back. It puts the
+drop-in back as it was (removes ours, or restores the file that was there), reloads, restarts the unit if it was
+running before tuning, and then archives the backup (renamed ``backup.restored-<time>.json``) so the next study
+starts from the unit as it is then.
 
 The unit-file text (ExecStart= quoting) is written by unitfile.py.
 
@@ -23,7 +31,9 @@ Exit status: ``systemctl show`` ActiveState/SubState/ExecMainCode/ExecMainStatus
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import posixpath
 import re
 import secrets
@@ -33,16 +43,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from autotune import redact
 from autotune.errors import TrialFailure, UserError
 from autotune.lock import state_dir
 from autotune.tables import PLAIN_TOKEN, Reader
 from autotune.targets.logfollow import LogFollower
 from autotune.targets.base import Deployment
+from autotune.targets.launch import Launch
 from autotune.targets.remote import FIND_PYTHON, RemoteTarget, program_line
 from autotune.targets.ssh import Completed, SSHConnection, SSHSpec, sh_command
-from autotune.targets.unitfile import dropin_problem, exec_line, render_dropin
+from autotune.targets.unitfile import dropin_problem, environment_file, exec_line, render_dropin
 
-DROPIN_NAME = "zz-autotune.conf"
+DROPIN_STEM = "zz-autotune"
+DROPIN_NAME = f"{DROPIN_STEM}.conf"
+BACKUP = "backup.json"
 SYSTEMCTL_TIMEOUT = 300.0   # start/stop wait for the unit's own TimeoutStartSec/TimeoutStopSec (90 s by default)
 LOG_FOLLOW_INTERVAL = 2.0   # seconds between background journal reads into the trial's log file
 PORT_SETTLE = 3.0           # after `systemctl stop` returned, the unit's processes are gone: a port held longer than
@@ -51,7 +65,7 @@ SHOW_PROPS = ("ActiveState", "SubState", "Result", "ExecMainCode", "ExecMainStat
               "InvocationID", "NRestarts")
 #: where systemd (>= 239) looks for an ExecStart= executable given without a path (not the login PATH)
 SYSTEMD_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-UNIT_NAME = re.compile(r"^[A-Za-z0-9:_.@-]+\.service$")
+UNIT_NAME = re.compile(r"[A-Za-z0-9:_.@-]+\.service")
 _RUNNING = ("active", "reloading", "activating", "deactivating")
 _CLD_KILLED, _CLD_DUMPED = 2, 3
 
@@ -74,10 +88,10 @@ class SystemdSpec(SSHSpec):
         unit = reader.get(table, where, "unit", str, None)
         if unit is None:
             reader.fail(where, "unit", "is required for kind = \"ssh-systemd\" (e.g. \"sglang.service\")")
-        if not UNIT_NAME.match(unit):
+        if not UNIT_NAME.fullmatch(unit):
             reader.fail(where, "unit", f"must be a systemd service name ending in .service, got {unit!r}")
         unit_dir = reader.get(table, where, "unit_dir", str, "/etc/systemd/system")
-        if not unit_dir.startswith("/") or not PLAIN_TOKEN.match(unit_dir):
+        if not unit_dir.startswith("/") or not PLAIN_TOKEN.fullmatch(unit_dir):
             reader.fail(where, "unit_dir", f"must be an absolute path of plain characters, got {unit_dir!r}")
         return {**super().read(table, where, reader), "unit": unit, "unit_dir": unit_dir,
                 "sudo": reader.get(table, where, "sudo", bool, False)}
@@ -192,6 +206,15 @@ class SystemdDeployment(Deployment):
         return "\n".join(lines) + "\n" if lines else ""
 
 
+def _dropin_mode(text: str, values: tuple[str, ...] = ()) -> int:
+    """0600 for a drop-in that may hold a secret (an Environment= line, a secret value or a secret-named flag),
+    else 0644 (``systemctl cat`` shows it to everyone)."""
+    words = text.replace('"', " ").replace("=", " ").split()
+    private = ("\nEnvironment=" in text or any(v in text for v in values) or redact.mask(text) != text
+               or any(redact.is_secret(w.lstrip("-")) for w in words if w.startswith("-")))
+    return 0o600 if private else 0o644
+
+
 def _props_args(props: tuple[str, ...]) -> list[str]:
     out = []
     for prop in props:
@@ -208,6 +231,7 @@ class SystemdTarget(RemoteTarget):
         super().__init__(spec, cwd, conn)
         self.unit: str = spec.unit
         self.current: SystemdDeployment | None = None
+        self._user: str | None = None
 
     # -- paths -------------------------------------------------------------------------------------------------
     @property
@@ -219,25 +243,40 @@ class SystemdTarget(RemoteTarget):
         return posixpath.join(self.dropin_dir, DROPIN_NAME)
 
     @property
-    def directory(self) -> str:
-        return posixpath.join(self.conn.resolve(self.spec.workdir), f"unit-{self.unit}")
+    def env_file_path(self) -> str:
+        """The drop-in's EnvironmentFile= (secret variables; 0600, read by systemd as root)."""
+        return posixpath.join(self.dropin_dir, f"{DROPIN_STEM}.env")
+
+    def secret_file_path(self, suffix: str) -> str:
+        """The file the server reads secret flags from (0600, the unit's own user's)."""
+        return posixpath.join(self.dropin_dir, f"{DROPIN_STEM}{suffix or '.secret'}")
+
+    @property
+    def subdir(self) -> str:
+        return f"unit-{self.unit}"
+
+    @property
+    def lock_names(self) -> list[str]:
+        return [f"unit:{self.unit}", *super().lock_names]
 
     @property
     def backup_path(self) -> str:
-        return posixpath.join(self.directory, "backup.json")
+        return posixpath.join(self.directory, BACKUP)
 
     @property
     def local_backup_path(self) -> Path:
         name = f"{self.spec.user or ''}@{self.spec.host}-{self.spec.port}-{self.unit}"
         safe = re.sub(r"[^A-Za-z0-9_.@-]+", "_", name)
-        return state_dir() / "backups" / safe / "backup.json"
+        return state_dir() / "backups" / safe / BACKUP
 
     # -- remote commands ---------------------------------------------------------------------------------------
     def _argv(self, argv: list[str]) -> list[str]:
         return ["sudo", "-n", *argv] if self.spec.sudo else list(argv)
 
-    def run(self, argv: list[str], *, timeout: float = 60.0, what: str | None = None) -> Completed:
-        return self.conn.run(sh_command(self._argv(argv)), timeout=timeout, what=what or " ".join(argv[:2]))
+    def run(self, argv: list[str], *, timeout: float = 60.0, what: str | None = None,
+            stdin: bytes | None = None) -> Completed:
+        return self.conn.run(sh_command(self._argv(argv)), timeout=timeout, what=what or " ".join(argv[:2]),
+                             stdin=stdin)
 
     def systemctl(self, *args: str, timeout: float = SYSTEMCTL_TIMEOUT) -> Completed:
         result = self.run(["systemctl", *args], timeout=timeout, what=f"systemctl {args[0]}")
@@ -265,19 +304,44 @@ class SystemdTarget(RemoteTarget):
         return result.stdout if result.ok else None
 
     # -- backup ------------------------------------------------------------------------------------------------
+    def _local_backup(self) -> str | None:
+        path = self.local_backup_path
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+    def _remote_backup(self) -> str | None:
+        data = self.read_file(BACKUP)
+        return None if data is None else data.decode("utf-8", "replace")
+
+    def _same_as_local(self, remote: str, local: str) -> None:
+        """A remote backup must be the very text autotune wrote there and kept a copy of."""
+        if hashlib.sha256(remote.encode()).digest() != hashlib.sha256(local.encode()).digest():
+            raise UserError(f"the unit backup {self.backup_path} on {self.spec.host} differs from the copy autotune "
+                            f"kept when it took it ({self.local_backup_path}): refusing to use it (someone changed "
+                            f"it); compare the two, and remove the one that is wrong")
+
     def load_backup(self) -> dict[str, object] | None:
-        """The pre-tuning backup: the target's copy, else the local one."""
-        self.ensure_private()
-        text = self.conn.read_text(self.backup_path)
-        if text is None and self.local_backup_path.is_file():
-            text = self.local_backup_path.read_text()
-        if not text:
+        """The pre-tuning backup, for restoring it: the copy autotune kept on this machine when it took the backup
+        (the target's copy must be the same), or the target's copy when it says there was no drop-in to put back
+        (removing ours is then all a restore installs). A target copy with a drop-in in it and no local copy is
+        refused: what autotune installs as root comes from its own copy only."""
+        remote = self._remote_backup()
+        local = self._local_backup()
+        if local is not None:
+            if remote is not None:
+                self._same_as_local(remote, local)
+            return self._checked_backup(local)
+        if remote is None:
             return None
-        return self._checked_backup(text)
+        backup = self._checked_backup(remote)
+        if backup.get("dropin") is not None:
+            raise UserError(f"the unit backup {self.backup_path} on {self.spec.host} holds a drop-in to put back, "
+                            f"but this machine has no copy of it ({self.local_backup_path}; was it taken from "
+                            f"another machine?): autotune installs only a backup it kept itself; restore from "
+                            f"there, or check {self.backup_path} and put its drop-in back by hand")
+        return backup
 
     def _checked_backup(self, text: str) -> dict[str, object]:
-        """The backup as autotune wrote it, or a UserError: what restore installs (the drop-in) must be one
-        autotune could have written for this unit, never anything else found in a file on the host."""
+        """The backup as autotune writes it, or a UserError."""
         fix = f"fix or remove it (the local copy is {self.local_backup_path})"
         try:
             backup = json.loads(text)
@@ -297,17 +361,17 @@ class SystemdTarget(RemoteTarget):
         return backup
 
     def ensure_backup(self) -> dict[str, object]:
-        """Take the backup of the unit as it is now, unless one exists (it is never overwritten)."""
-        self.ensure_private()
-        remote = self.conn.read_text(self.backup_path)
+        """Take the backup of the unit as it is now, unless one exists (it is never overwritten). A target copy
+        that differs from the local one stops the run here, before anything changes."""
+        remote = self._remote_backup()
+        local = self._local_backup()
         if remote is not None:
-            backup = self._checked_backup(remote)
-            self._keep_local(remote)
-            return backup
-        if self.local_backup_path.is_file():
-            local = self.local_backup_path.read_text()
+            if local is not None:
+                self._same_as_local(remote, local)
+            return self._checked_backup(remote)
+        if local is not None:
             backup = self._checked_backup(local)
-            self.conn.write_bytes(self.backup_path, local.encode(), 0o600, exclusive=True)
+            self.write_file(BACKUP, local.encode(), 0o600, exclusive=True)
             return backup
         props = self.show("LoadState", "ActiveState", "FragmentPath", "DropInPaths", "UnitFileState")
         if props.get("LoadState") not in ("loaded",):
@@ -329,8 +393,9 @@ class SystemdTarget(RemoteTarget):
             "systemctl_cat": cat.stdout if cat.ok else None,
         }
         text = json.dumps(record, indent=1) + "\n"
-        if not self.conn.write_bytes(self.backup_path, text.encode(), 0o600, exclusive=True):
-            text = self.conn.read_text(self.backup_path) or text  # another tuner's (earlier) backup wins
+        if not self.write_file(BACKUP, text.encode(), 0o600, exclusive=True):
+            # another tuner took it first: theirs is the original (no local copy of it here)
+            return self._checked_backup(self._remote_backup() or text)
         self._keep_local(text)
         return self._checked_backup(text)
 
@@ -340,56 +405,95 @@ class SystemdTarget(RemoteTarget):
             return
         path.parent.mkdir(parents=True, exist_ok=True)
         try:
-            with open(path, "x", encoding="utf-8") as f:
-                f.write(text)
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
         except FileExistsError:
-            pass
+            return
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
 
     def _archive_backup(self) -> None:
         stamp = time.strftime("%Y%m%d-%H%M%S")
-        if self.conn.exists(self.backup_path):
-            self.conn.rename(self.backup_path, posixpath.join(self.directory, f"backup.restored-{stamp}.json"))
+        if self._remote_backup() is not None:
+            self.rename_file(BACKUP, f"backup.restored-{stamp}.json")
         if self.local_backup_path.exists():
             self.local_backup_path.rename(self.local_backup_path.with_name(f"backup.restored-{stamp}.json"))
 
-    # -- the drop-in -------------------------------------------------------------------------------------------
-    def _install_dropin(self, text: str) -> None:
-        # Environment= lines may hold secrets: then only root (systemd) and the owner read the drop-in
-        mode = 0o600 if "\nEnvironment=" in text else 0o644
+    # -- the drop-in and its secret files ----------------------------------------------------------------------
+    def _dropin(self, launch: Launch) -> tuple[str, dict[str, tuple[str, bool]]]:
+        """The drop-in text for ``launch`` and the secret files beside it: {path: (text, the unit's user owns it)}.
+        Secret variables go to the EnvironmentFile= (systemd reads it as root); secret flags to the file the engine
+        reads (the server reads it as the unit's user)."""
+        secret_env = launch.secret_env()
+        env = {k: v for k, v in launch.env.items() if k not in secret_env}
+        files: dict[str, tuple[str, bool]] = {}
+        env_file = None
+        if secret_env:
+            env_file = self.env_file_path
+            files[env_file] = (environment_file(secret_env), False)
+        secret_path = None
+        if launch.file is not None:
+            secret_path = self.secret_file_path(launch.file.suffix)
+            files[secret_path] = (launch.file.text, True)
+        text = render_dropin(launch.command(secret_path), env, self.unit, self.dropin_path, note=self.spec.name,
+                             env_file=env_file)
+        return text, files
+
+    def _unit_user(self) -> str:
+        """The user the unit's processes run as ("" for root)."""
+        if self._user is None:
+            self._user = self.show("User").get("User", "")
+        return self._user
+
+    def _install(self, path: str, text: str, mode: int, owner: str = "") -> None:
+        """Put ``text`` at ``path`` (in the unit's drop-in directory) with ``mode``; with sudo through ``install``
+        fed on its standard input (no copy of it is left anywhere), else over SFTP."""
         if not self.spec.sudo:
+            if owner and owner not in ("root", self.spec.user or ""):
+                raise TrialFailure("deploy_failed", f"{self.unit} runs as {owner}: autotune can give it {path} only "
+                                                    "with sudo = true")
             try:
                 self.conn.makedirs(self.dropin_dir)
-                self.conn.write_bytes(self.dropin_path, text.encode(), mode)
+                self.conn.write_bytes(path, text.encode(), mode)
             except PermissionError:
-                raise TrialFailure("deploy_failed", f"cannot write {self.dropin_path} on {self.spec.host} as "
+                raise TrialFailure("deploy_failed", f"cannot write {path} on {self.spec.host} as "
                                                     f"{self.spec.user or 'this user'} (set sudo = true?)") from None
             return
-        self.ensure_private()
-        upload = posixpath.join(self.directory, f"{DROPIN_NAME}.upload-{secrets.token_hex(4)}")
-        self.conn.write_bytes(upload, text.encode(), 0o600, exclusive=True)
-        result = self.run(["install", "-D", "-m", f"{mode:04o}", upload, self.dropin_path],
-                          what="installing the drop-in")
-        self.conn.remove(upload)
+        argv = ["install", "-D", "-m", f"{mode:04o}", *(["-o", owner] if owner else []), "/dev/stdin", path]
+        result = self.run(argv, what=f"installing {path}", stdin=text.encode())
         if not result.ok:
-            raise TrialFailure("deploy_failed", f"cannot install {self.dropin_path} with sudo -n on "
-                                                f"{self.spec.host}: {result.detail()}")
+            raise TrialFailure("deploy_failed", f"cannot install {path} with sudo -n on {self.spec.host}: "
+                                                f"{result.detail()}")
 
-    def _remove_dropin(self) -> None:
-        if not self.spec.sudo:
-            try:
-                self.conn.remove(self.dropin_path)
-            except PermissionError:
-                raise TrialFailure("deploy_failed", f"cannot remove {self.dropin_path} on {self.spec.host} "
-                                                    f"(set sudo = true?)") from None
+    def _remove(self, *paths: str) -> None:
+        if not paths:
             return
-        result = self.run(["rm", "-f", "--", self.dropin_path], what="removing the drop-in")
+        if not self.spec.sudo:
+            for path in paths:
+                try:
+                    self.conn.remove(path)
+                except PermissionError:
+                    raise TrialFailure("deploy_failed", f"cannot remove {path} on {self.spec.host} "
+                                                        f"(set sudo = true?)") from None
+            return
+        result = self.run(["rm", "-f", "--", *paths], what="removing the drop-in")
         if not result.ok:
-            raise TrialFailure("deploy_failed", f"cannot remove {self.dropin_path}: {result.detail()}")
+            raise TrialFailure("deploy_failed", f"cannot remove {' '.join(paths)}: {result.detail()}")
+
+    def _remove_secret_files(self, dropin: str | None) -> None:
+        """Remove autotune's secret files (``zz-autotune.*`` beside its drop-in) that ``dropin``, the drop-in now in
+        place, does not name."""
+        if not self.conn.exists(self.dropin_dir):
+            return
+        text = dropin or ""
+        names = self.conn.sftp(lambda s: s.listdir(self.dropin_dir), "listing the drop-ins")
+        paths = [posixpath.join(self.dropin_dir, n) for n in names
+                 if n.startswith(f"{DROPIN_STEM}.") and n != DROPIN_NAME]
+        self._remove(*(p for p in paths if p not in text and p.replace("%", "%%") not in text))
 
     # -- Target ------------------------------------------------------------------------------------------------
     def rendered(self, argv: list[str], env: dict[str, str]) -> tuple[str, str]:
         try:
-            text = render_dropin(argv, {**self.spec.env, **env}, self.unit, self.dropin_path, note=self.spec.name)
+            text, _ = self._dropin(self.launch(argv, env))
         except TrialFailure as e:
             text = f"# cannot be rendered: {e.detail}\n"
         return DROPIN_NAME, text
@@ -421,9 +525,13 @@ class SystemdTarget(RemoteTarget):
         self.check_host(command, extra, search_path=SYSTEMD_PATH)
 
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> SystemdDeployment:
-        text = render_dropin(argv, {**self.spec.env, **env}, self.unit, self.dropin_path, note=self.spec.name)
+        launch = self.launch(argv, env)
+        text, files = self._dropin(launch)
         self.ensure_backup()
-        self._install_dropin(text)
+        for path, (content, users) in files.items():
+            self._install(path, content, 0o600, self._unit_user() if users else "")
+        self._install(self.dropin_path, text, _dropin_mode(text, launch.secrets))
+        self._remove_secret_files(text)
         return self._restart(log_path, reload=True)
 
     def _stop_script(self, reload: bool) -> list[str]:
@@ -505,9 +613,10 @@ class SystemdTarget(RemoteTarget):
             return None  # autotune never changed this unit
         original = backup.get("dropin")
         if original is None:
-            self._remove_dropin()
+            self._remove(self.dropin_path)
         else:
-            self._install_dropin(str(original))
+            self._install(self.dropin_path, str(original), _dropin_mode(str(original)))
+        self._remove_secret_files(None if original is None else str(original))
         deployment = None
         if backup.get("active_state") in _RUNNING:
             deployment = self._restart(log_path, reload=True)

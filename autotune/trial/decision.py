@@ -7,6 +7,8 @@ are written once:
 * ``wait``: another worker is measuring the same effective config under an earlier trial: wait for its result
   instead of measuring it twice at once (Optuna's constant liar makes this rarer, not impossible);
 * ``reuse``: that effective config was measured (or found infeasible) already: its result is copied, no launch;
+* ``too_large``: the config is at least as large, in every flag the engine's memory need grows with, as a config
+  that ran out of memory (search/feasibility.py): rejected without a launch, like an invalid config;
 * ``given_up``: the config's launch failed for the infrastructure even after its retry: rejected without a launch,
   like an invalid config, so the sampler learns to avoid it;
 * ``launch``: measure it.
@@ -24,6 +26,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import record, results
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
+from autotune.search.feasibility import Feasibility
 from autotune.space import Candidate
 
 if TYPE_CHECKING:
@@ -37,9 +40,9 @@ REUSABLE = (TrialState.COMPLETE, TrialState.PRUNED)
 class Decision:
     """What happens to one proposed config."""
 
-    kind: str                           # "invalid" | "wait" | "reuse" | "given_up" | "launch"
+    kind: str                           # "invalid" | "wait" | "reuse" | "too_large" | "given_up" | "launch"
     candidate: Candidate | None = None  # the effective config (None when invalid)
-    prior: FrozenTrial | None = None    # the trial waited for, reused, or given up on
+    prior: FrozenTrial | None = None    # the trial waited for, reused, given up on, or that ran out of memory
     detail: str = ""                    # why the engine rejects an invalid config
 
 
@@ -61,6 +64,9 @@ def decide(plan: Plan, trials: Sequence[FrozenTrial], number: int, params: dict[
                   and candidate.key in record.config_keys(t)), None)
     if prior is not None:
         return Decision("reuse", candidate, prior)
+    oom = Feasibility(plan.engine, trials).known_oom(candidate.args)
+    if oom is not None:
+        return Decision("too_large", candidate, oom)
     gone = results.given_up(list(trials)).get(candidate.key)
     if gone is not None:
         return Decision("given_up", candidate, gone)

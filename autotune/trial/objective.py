@@ -104,6 +104,12 @@ class Objective:
             return self._retry(trial, failure)
         if decision.kind == "reuse":
             return self._reuse(trial, decision.prior)
+        if decision.kind == "too_large":
+            oom = decision.prior
+            flags = ", ".join(self.plan.engine.memory_flags(candidate.args))
+            return self._infeasible(trial, "oom_predicted", f"at least as large in {flags} as the config of trial "
+                                    f"{oom.number}, which ran out of memory ({record.reason_of(oom)})",
+                                    stage="validate")
         if decision.kind == "given_up":
             gone = decision.prior
             return self._infeasible(trial, "given_up", f"the config of trial {gone.number}, which failed for the "

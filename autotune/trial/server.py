@@ -22,6 +22,7 @@ from autotune.record import write
 from autotune.score import metrics_of, relative_precision
 from autotune.space import Candidate
 from autotune.targets import Deployment, Target
+from autotune.targets.measuring import load_generator
 from autotune.trial.launch import Launch, Measured, OnLevel, OnPhase
 
 log = logging.getLogger("autotune")
@@ -73,6 +74,7 @@ class ServerLaunch(Launch):
             deployment.base_url, self.plan.engine, spec.workload, self.plan.prompts, headers=self._headers,
             check=lambda: check_alive(deployment, self.plan.engine), should_stop=self.should_stop,
             seed=trial.number, max_error_rate=spec.constraints.max_error_rate, levels=spec.levels,
+            load=load_generator(self.target, deployment.base_url, spec.workload.client),
         )
         with self._blamed():
             m = bench.run(

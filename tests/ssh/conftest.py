@@ -19,6 +19,7 @@ from autotune.targets import KINDS, TargetSpec
 from tests.support.sshd import APT_HINT, SSHServer, find_sshd, free_port
 
 HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
 STAND_INS = ("systemctl", "journalctl", "sudo")
 
 
@@ -51,8 +52,10 @@ def _start_sshd(root: Path, systemd_root: Path) -> SSHServer:
         "PATH": f"{bin_dir}:/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin:{Path(sys.executable).parent}",
         "AUTOTUNE_FAKE_SYSTEMD": str(systemd_root),
         # bash sources $HOME/.bashrc for every ssh command; root's here runs `pyenv init` (~0.3 s a command).
-        # An empty home keeps the tests fast; the remote side runs this checkout's Python by absolute path.
+        # An empty home keeps the tests fast; the remote side runs this checkout's Python by absolute path,
+        # with this checkout's code (the emulator), whatever the installed copy is.
         "HOME": str(home),
+        "PYTHONPATH": str(REPO),
     })
     return server.start()
 

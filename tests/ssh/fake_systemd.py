@@ -12,7 +12,9 @@ Behaviour kept close to systemd where the target depends on it: a unit's files a
 forgotten reload runs the old command line), drop-ins apply in file-name order and ``ExecStart=`` (empty) resets
 the list, ExecStart= is split by systemd's rules (specifiers and ``%%``, double/single quotes with C escapes, a
 lone unquoted ``;`` separates commands, ``$$``, ``${VAR}`` and whole-word ``$VAR`` substitution), the service runs
-in its own process group with systemd's minimal environment plus Environment=, its output goes to the journal
+in its own process group with systemd's minimal environment plus Environment= and EnvironmentFile= (read at each
+start, as systemd does, with its quoting: ``"..."`` with ``\\``, ``"``, ``$`` and backquote escaped, ``'...'``
+literal; a leading ``-`` tolerates a missing file), its output goes to the journal
 tagged with the start's invocation id (systemd's own "Started"/"Stopped" messages carry none), and ``show`` reports
 ActiveState/SubState/Result/ExecMainCode/ExecMainStatus/MainPID/InvocationID like systemd (code 1 = exited,
 2 = killed by signal).
@@ -227,12 +229,12 @@ def parse_unit(text: str, into: dict) -> None:
                 into["ExecStart"] = []
             else:
                 into.setdefault("ExecStart", []).append(value)
-        elif key == "Environment":
+        elif key in ("Environment", "EnvironmentFile"):
             if value == "":
-                into["Environment"] = []
+                into[key] = []
             else:
-                into.setdefault("Environment", []).append(value)
-        elif key in ("WorkingDirectory", "Type", "Restart"):
+                into.setdefault(key, []).append(value)
+        elif key in ("WorkingDirectory", "Type", "Restart", "User"):
             into[key] = value
 
 
@@ -249,6 +251,48 @@ def load_unit(unit: str) -> dict:
     return config
 
 
+def read_environment_file(path: str) -> dict[str, str]:
+    """systemd's EnvironmentFile= format (the subset autotune writes and common files use)."""
+    env: dict[str, str] = {}
+    text = Path(path).read_text()
+    i, n = 0, len(text)
+    while i < n:
+        while i < n and text[i] in " \t\n":
+            i += 1
+        if i < n and text[i] in "#;":
+            while i < n and text[i] != "\n":
+                i += 1
+            continue
+        start = i
+        while i < n and text[i] not in "=\n":
+            i += 1
+        if i >= n or text[i] != "=":
+            continue
+        key, value = text[start:i].strip(), []
+        i += 1
+        if i < n and text[i] == '"':
+            i += 1
+            while i < n and text[i] != '"':
+                if text[i] == "\\" and i + 1 < n:
+                    value.append(text[i + 1] if text[i + 1] in '"\\`$' else "\\" + text[i + 1])
+                    i += 2
+                    continue
+                value.append(text[i])
+                i += 1
+            i += 1
+            env[key] = "".join(value)
+        elif i < n and text[i] == "'":
+            end = text.index("'", i + 1)
+            env[key] = text[i + 1:end]
+            i = end + 1
+        else:
+            while i < n and text[i] != "\n":
+                value.append(text[i])
+                i += 1
+            env[key] = "".join(value).rstrip()
+    return env
+
+
 def command_line(unit: str, config: dict) -> tuple[list[str], dict[str, str]]:
     env = {"PATH": DEFAULT_PATH, "LANG": "C.UTF-8", "INVOCATION_ID": ""}
     for assignment in config.get("Environment", []):
@@ -256,6 +300,13 @@ def command_line(unit: str, config: dict) -> tuple[list[str], dict[str, str]]:
             if "=" in word:
                 k, v = word.split("=", 1)
                 env[k] = v
+    for setting in config.get("EnvironmentFile", []):
+        path = specifiers(setting, unit)
+        try:
+            env.update(read_environment_file(path.lstrip("-")))
+        except OSError:
+            if not path.startswith("-"):
+                raise ValueError(f"Failed to load environment files: {path}") from None
     lines = config.get("ExecStart") or []
     if len(lines) != 1:
         raise ValueError(f"Type=simple needs exactly one ExecStart=, got {len(lines)}")
@@ -438,6 +489,7 @@ def cmd_show(args: list[str]) -> int:
         "FragmentPath": loaded.get("FragmentPath", ""),
         "DropInPaths": " ".join(loaded.get("DropInPaths", [])),
         "UnitFileState": "enabled" if loaded.get("LoadState") == "loaded" else "",
+        "User": loaded.get("User", ""),
     }
     for prop in props or list(known):
         value = known.get(prop, "")

@@ -19,6 +19,7 @@ from autotune.engines.sglang import SGLang
 from autotune.errors import TrialFailure, UserError
 from autotune.health import wait_ready
 from autotune.targets.process import ProcessTarget
+from autotune.targets.programs import hostlock
 from tests.ssh.helpers import server_argv, wait_for
 
 ENGINE = SGLang()
@@ -151,33 +152,22 @@ def test_lock_is_taken_again_after_a_reconnection(make_private_spec, private_ssh
         pass
 
 
-def _flock_pids(lock_file: str) -> list[str]:
-    """Pids of the flock processes holding ``lock_file`` on the target (this machine)."""
-    out = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if argv[:1] == [b"flock"] and lock_file.encode() in argv:
-                out.append(entry.name)
-    return sorted(out)
+def _holder_pid(spec) -> int | None:
+    """The pid of the process holding the target's lock on the host (this machine), as the kernel reports it."""
+    return hostlock.ask(f"port:{spec.server_port}").get("pid")  # type: ignore[return-value]
 
 
 def test_lock_holder_killed_on_the_target_is_replaced(make_spec, cleanup) -> None:
     spec = make_spec()
     first = cleanup(ProcessTarget(spec))
     with first.lock("study-A"):
-        lock_file = f"{first.directory}/lock"
-        before = _flock_pids(lock_file)
+        before = _holder_pid(spec)
         assert before
-        for pid in before:  # someone kills the holder process on the target; the connection lives on
-            os.kill(int(pid), signal.SIGKILL)
+        os.kill(before, signal.SIGKILL)  # someone kills the holder process on the target; the connection lives on
 
         def relocked() -> bool:
             first.conn.exists(first.directory)  # any remote call runs the lock's watcher
-            now = _flock_pids(lock_file)
+            now = _holder_pid(spec)
             return bool(now) and now != before
 
         wait_for(relocked, timeout=10, interval=0.1)

@@ -70,6 +70,7 @@ def test_deploy_wait_ready_read_log_stop(make_spec, cleanup, tmp_path: Path) -> 
     assert b"AUTOTUNE_TEST_ENV=x y" in environ
     # its own session and process group, recorded in the pid file; one log file per start in workdir
     assert os.getsid(pid) == deployment.pgid == os.getpgid(pid)
+    assert os.readlink(f"/proc/{pid}/cwd") == target.directory  # relative paths in its command line start there
     record = json.loads(Path(target.pid_file).read_text())
     assert record["pgid"] == deployment.pgid
     assert Path(deployment.remote_log).is_file()

@@ -1,12 +1,16 @@
 """Port state and stopping a recorded process group, on the target (and on this machine for the local target).
 
-    ports.py port PORT WAIT                    -> {"listening", "holder"}
-    ports.py stop PIDFILE GRACE PORT WAIT      -> {"listening", "holder", "stopped"}
+    ports.py port PORT WAIT                             -> {"listening", "holder"}
+    ports.py stop WORKDIR SUBDIR GRACE PORT WAIT        -> {"listening", "holder", "stopped"}
 
 prints one JSON object. ``port`` waits up to WAIT seconds for PORT to be released. ``stop`` stops the process group
-a supervisor's PIDFILE names, if it is still the one recorded there (its leader's start time must match, so a pid
-reused by an unrelated process is never signalled): SIGTERM, SIGKILL after GRACE seconds; then removes PIDFILE and
-waits for the port (briefly, when nothing of ours was stopped: a port held then is someone else's).
+the supervisor's pid file (``server.pid`` in WORKDIR/SUBDIR, read without following links after the directory is
+checked: safedir.py) names, if it is still the one recorded there: its leader must have the recorded start time, so a
+pid reused by an unrelated process is never signalled. A group whose leader has exited cannot be told apart from a
+later group that reused the id by the leader, so then only the members that carry the start's token in their
+environment and started after it are stopped. SIGTERM, SIGKILL after GRACE seconds; then the pid file and the
+start's secret files are removed and the port is waited for (briefly, when nothing of ours was stopped: a port held
+then is someone else's).
 
 Everything comes from /proc: no ss/lsof/fuser needed. Runs with the target's python3 (>= 3.6, standard library).
 """
@@ -17,6 +21,12 @@ import signal
 import sys
 import time
 from typing import Dict, List, Optional, Set
+
+from autotune.targets.programs import safedir
+
+#: the environment variable a supervised start carries its token in (the supervisor sets it)
+TOKEN_VAR = "AUTOTUNE_LAUNCH"
+PID_FILE = "server.pid"
 
 
 def listening(port: int) -> Set[str]:
@@ -79,16 +89,33 @@ def members(pgid: int) -> List[int]:
     return out
 
 
-def is_recorded_group(pgid: int, start: Optional[str]) -> bool:
-    """Whether ``pgid`` is still the group a record names: its leader has the recorded start time, or the leader is
-    gone and members remain (they can only be the recorded group's: a group id is not reused while it has
-    members)."""
-    if pgid <= 1:
+def environ_has(pid: int, entry: bytes) -> bool:
+    """Whether process ``pid``'s environment holds ``entry`` (False when it cannot be read: another user's)."""
+    try:
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            return entry in f.read().split(b"\0")
+    except OSError:
         return False
+
+
+def recorded_members(pgid: int, start: Optional[str], token: Optional[str]) -> Optional[List[int]]:
+    """The live processes of the group a record names: None when its leader lives with the recorded start time (the
+    whole group is ours: signal the group); else the members that can be shown to be ours (the leader exited: the
+    token in their environment and a start no earlier than the recorded one); [] when there are none."""
+    if pgid <= 1 or start is None:
+        return []
     leader = stat(pgid)
     if leader is not None:
-        return start is not None and leader[19] == start and bool(members(pgid))
-    return bool(members(pgid))
+        return None if leader[19] == start and members(pgid) else []
+    if not token:
+        return []
+    entry = ("%s=%s" % (TOKEN_VAR, token)).encode()
+    out = []
+    for pid in members(pgid):
+        s = stat(pid)
+        if s is not None and int(s[19]) >= int(start) and environ_has(pid, entry):
+            out.append(pid)
+    return out
 
 
 def kill_group(pgid: int, grace: float) -> None:
@@ -103,6 +130,25 @@ def kill_group(pgid: int, grace: float) -> None:
             return
 
 
+def kill_processes(pids: List[int], grace: float) -> None:
+    """SIGTERM each of ``pids``, SIGKILL those left after ``grace`` seconds."""
+    for sig, limit in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                os.kill(pid, sig)
+        deadline = time.time() + limit
+        while [p for p in pids if alive(p)] and time.time() < deadline:
+            time.sleep(0.05)
+        pids = [p for p in pids if alive(p)]
+        if not pids:
+            return
+
+
+def alive(pid: int) -> bool:
+    s = stat(pid)
+    return s is not None and s[0] != "Z"
+
+
 def wait_free(port: int, wait: float) -> Dict[str, object]:
     deadline = time.time() + wait
     inodes = listening(port)
@@ -112,19 +158,25 @@ def wait_free(port: int, wait: float) -> Dict[str, object]:
     return {"listening": bool(inodes), "holder": holder(inodes)}
 
 
-def stop(pidfile: str, grace: float, port: int, wait: float) -> Dict[str, object]:
+def stop(workdir: str, subdir: str, grace: float, port: int, wait: float) -> Dict[str, object]:
+    dfd = safedir.open_private(workdir, subdir)
     try:
-        with open(pidfile) as f:
-            rec = json.load(f)
-    except (OSError, ValueError):
+        rec = json.loads((safedir.read_file(dfd, PID_FILE, "%s/%s/" % (workdir, subdir)) or b"{}").decode())
+    except ValueError:
         rec = {}
     pgid = int(rec.get("pgid") or 0)
     stopped = None
-    if is_recorded_group(pgid, rec.get("start")):
+    ours = recorded_members(pgid, rec.get("start"), rec.get("token"))
+    if ours is None:
         kill_group(pgid, grace)
         stopped = pgid
-    with contextlib.suppress(OSError):
-        os.remove(pidfile)
+    elif ours:
+        kill_processes(ours, grace)
+        stopped = pgid
+    safedir.remove_file(dfd, PID_FILE)
+    for name in rec.get("files") or []:
+        with contextlib.suppress(OSError, ValueError):
+            safedir.remove_file(dfd, str(name))
     out = wait_free(port, wait if stopped else min(wait, 1.0))
     out["stopped"] = stopped
     return out
@@ -134,9 +186,13 @@ def main(args: List[str]) -> int:
     if args[0] == "port":
         print(json.dumps(wait_free(int(args[1]), float(args[2]))))
     elif args[0] == "stop":
-        print(json.dumps(stop(args[1], float(args[2]), int(args[3]), float(args[4]))))
+        try:
+            print(json.dumps(stop(args[1], args[2], float(args[3]), int(args[4]), float(args[5]))))
+        except safedir.Refused as e:
+            sys.stderr.write("%s\n" % e)
+            return safedir.REFUSED
     else:
-        sys.stderr.write("usage: ports.py port PORT WAIT | stop PIDFILE GRACE PORT WAIT\n")
+        sys.stderr.write("usage: ports.py port PORT WAIT | stop WORKDIR SUBDIR GRACE PORT WAIT\n")
         return 2
     return 0
 

@@ -1,0 +1,90 @@
+"""Where a target's concurrency levels are generated (``[workload] client``).
+
+* ``local``: on this machine, through the target's own way to the server (``Target.base_url``: for an SSH target
+  with ``tunnel``, autotune's paramiko forward);
+* ``openssh``: on this machine, through an OpenSSH ``ssh -L`` forward of the target's own (SSH targets);
+* ``target``: on the target host, as ``programs/loadgen.py`` run by the host's python3 over the target's SSH
+  connection; the job goes there on its standard input and only the records come back (SSH targets);
+* ``auto``: ``target`` for SSH targets, ``local`` for the others.
+"""
+from __future__ import annotations
+
+import contextlib
+import threading
+import weakref
+
+import paramiko
+
+from autotune.bench.generator import Generator, local
+from autotune.targets.base import Target
+from autotune.targets.forward import OpenSSHForward
+from autotune.targets.remote import FIND_PYTHON, RemoteTarget, program_line
+
+#: the client ``auto`` picks for an SSH target (scripts/bench_measurement.py compares them)
+SSH_DEFAULT = "target"
+
+_forwards: weakref.WeakKeyDictionary[Target, OpenSSHForward] = weakref.WeakKeyDictionary()
+_lock = threading.Lock()
+
+
+def load_generator(target: Target, base_url: str, client: str) -> Generator:
+    """Where ``target``'s concurrency levels run for ``[workload] client``; ``base_url`` is the deployment's."""
+    if not isinstance(target, RemoteTarget):
+        return local(base_url)
+    if client == "auto":
+        client = SSH_DEFAULT
+    if client == "target":
+        return Generator(lambda: RemoteProcess(target), "127.0.0.1", target.spec.server_port,
+                         where=f"target {target.spec.name} ({target.conn.label})")
+    if client == "openssh":
+        with _lock:
+            forward = _forwards.get(target)
+            if forward is None or forward.closed:
+                forward = _forwards[target] = OpenSSHForward(target.spec, "127.0.0.1", target.spec.server_port)
+                weakref.finalize(target, forward.close)
+        return local(forward.url)
+    return local(base_url)
+
+
+def close(target: Target) -> None:
+    """Close ``target``'s OpenSSH forward, if it has one."""
+    with _lock:
+        forward = _forwards.pop(target, None)
+    if forward is not None:
+        forward.close()
+
+
+class RemoteProcess:
+    """The load generator running on the target host, on one exec channel of its SSH connection."""
+
+    def __init__(self, target: RemoteTarget) -> None:
+        self.chan: paramiko.Channel = target.conn.open_exec("\n".join([FIND_PYTHON, program_line("loadgen")]))
+        self._stderr = bytearray()
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.chan.sendall(data)
+        except (OSError, EOFError, paramiko.SSHException) as e:
+            raise OSError(str(e)) from e
+
+    def read(self) -> bytes:
+        try:
+            data = self.chan.recv(1 << 20)
+        except (OSError, EOFError, paramiko.SSHException):
+            return b""
+        while self.chan.recv_stderr_ready():
+            self._stderr += self.chan.recv_stderr(65536)
+        return data
+
+    def close_input(self) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            self.chan.shutdown_write()
+
+    def kill(self) -> None:
+        with contextlib.suppress(OSError, EOFError, paramiko.SSHException):
+            while self.chan.recv_stderr_ready():
+                self._stderr += self.chan.recv_stderr(65536)
+            self.chan.close()
+
+    def errors(self) -> str:
+        return self._stderr.decode("utf-8", "replace")

@@ -1,0 +1,145 @@
+"""A memory failure is a boundary, not a verdict (autotune/search/feasibility.py, trial/decision.py): a config at
+least as large as one that ran out of memory, in every flag the engine's memory need grows with, is rejected
+without a launch; smaller ones, and other trees, stay open; and the models of the objective do not read the
+failure as a poor region. Studies run through the product's own trial path with a surrogate launch on a made-up
+landscape (fast: no server)."""
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from pathlib import Path
+
+import optuna
+from optuna.trial import TrialState
+
+from autotune import queue
+from autotune.budget import admit
+from autotune.engines import get_engine
+from autotune.plan import Plan, make_plan
+from autotune.pruning import make_pruner
+from autotune.record import TrialRecord
+from autotune.search import SearchSettings, make_sampler
+from autotune.search.feasibility import Feasibility, at_least
+from autotune.study import load_study
+from autotune.trial import Objective, decide
+from autotune.trial.surrogate import Noise, SurrogateLaunch
+from autotune.truth import ConfigTruth
+from tests.studies import write_study
+
+STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
+SPACE = """
+[space.speculative-num-steps]
+type = "int"
+low = 1
+high = 6
+[space.speculative-eagle-topk]
+type = "categorical"
+choices = [1, 2, 4, 8]
+[space.speculative-num-draft-tokens]
+type = "int"
+low = 2
+high = 16
+"""
+EXACT = Noise(single=0.0, concurrent=0.0, bias=0.0)
+
+
+def plan_of(tmp_path: Path, launches: int, **search: object) -> Plan:
+    """A study that measures all six of the engine's starting points first (the widest of them runs out of memory
+    on ``wide_trees_win``), then lets the search's model choose. The made-up landscapes here have no physics (every
+    config's accept length is the same), so the physics prior is off."""
+    plan = make_plan(load_study(str(write_study(tmp_path, objective="concurrent", space=SPACE, trials=launches))))
+    settings = {"starting_points": None, "model_from": 7, "physics": False, **search}
+    return replace(plan, search=SearchSettings(**settings))  # type: ignore[arg-type]
+
+
+def wide_trees_win(plan: Plan) -> dict[str, ConfigTruth]:
+    """Topk-8 trees are the fastest, best at 2 steps and 8 draft tokens; a tree runs out of memory once its draft
+    tokens plus topk x steps pass 30: (3, 8, 9), the engine's widest starting point here, does; the optimum
+    (2, 8, 8) fits."""
+    out = {}
+    for params in plan.space.configs():
+        try:
+            c = plan.space.candidate(params)
+        except Exception:
+            continue
+        steps, topk, draft = (c.args[n] for n in (STEPS, TOPK, DRAFT))
+        speed = 1000 * (1 + 0.1 * math.log2(topk)) * (1 - 0.03 * abs(steps - 2)) * (1 - 0.01 * abs(draft - 8))
+        out[c.key] = ConfigTruth({STEPS: steps, TOPK: topk, DRAFT: draft}, {1: speed / 4, 4: speed}, 3.0, 24,
+                                 fits=draft + topk * steps <= 30)
+    out.setdefault(plan.baseline.key, ConfigTruth({}, {1: 200.0, 4: 800.0}, 1.5, 24, True))
+    return out
+
+
+def run(plan: Plan, truth: dict[str, ConfigTruth]) -> optuna.Study:
+    spec = plan.spec
+    study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, plan.space, 0),
+                                pruner=make_pruner(spec))
+    queue.start(study, plan)
+    objective = Objective(plan, SurrogateLaunch(plan, truth, EXACT, seed=1))
+    while admit(study, plan.budget, heartbeats=False) == "run":
+        queue.queue_next(study, plan, plan.budget)
+        study.optimize(objective, n_trials=1)
+    return study
+
+
+def tree(rec: TrialRecord) -> tuple[int, int, int]:
+    return tuple(int(rec.config[n]) for n in (STEPS, TOPK, DRAFT))  # type: ignore[return-value]
+
+
+def test_a_config_above_a_memory_failure_is_rejected_without_a_launch(tmp_path: Path) -> None:
+    plan = plan_of(tmp_path, launches=8)
+    truth = wide_trees_win(plan)
+    study = run(plan, truth)
+    trials = study.get_trials(deepcopy=False)
+    oom = [t for t in trials if TrialRecord.of(t).reason == "oom_startup"]
+    assert oom, "the widest starting point ran out of memory"
+    failed = TrialRecord.of(oom[0])
+    steps, topk, draft = tree(failed)
+    n = len(trials)
+    bigger = decide(plan, trials, n, {STEPS: steps + 1, TOPK: topk, DRAFT: draft + 1})
+    assert (bigger.kind, bigger.prior.number) == ("too_large", failed.number)
+    # smaller in one flag, or another tree: nothing is known, it is launched
+    assert decide(plan, trials, n, {STEPS: steps - 1, TOPK: topk, DRAFT: draft}).kind == "launch"
+    assert decide(plan, trials, n, {STEPS: steps + 1, TOPK: 4, DRAFT: draft}).kind == "launch"
+
+    # the objective records the rejection like an invalid config: pruned, no server started
+    queue.enqueue(study, plan.space.internal({STEPS: steps + 1, TOPK: topk, DRAFT: draft + 1}), "neighbour")
+    study.optimize(Objective(plan, SurrogateLaunch(plan, truth, EXACT, seed=1)), n_trials=1)
+    rec = TrialRecord.of(study.get_trials(deepcopy=False)[-1])
+    assert (rec.state, rec.reason, rec.launched) == (TrialState.PRUNED, "oom_predicted", False)
+    assert f"trial {failed.number}" in rec.detail
+
+
+def test_a_study_never_launches_above_a_memory_failure_and_finds_the_tree_below_it(tmp_path: Path) -> None:
+    plan = plan_of(tmp_path, launches=15)
+    truth = wide_trees_win(plan)
+    study = run(plan, truth)
+    recs = [TrialRecord.of(t) for t in study.get_trials(deepcopy=False)]
+    launched = [r for r in recs if r.launched]
+    assert len(launched) == 15
+    engine = get_engine("sglang")
+    for i, r in enumerate(launched):
+        for earlier in launched[:i]:
+            if earlier.reason == "oom_startup":
+                assert not at_least(engine, r.config, earlier.config), (tree(r), tree(earlier))
+    # the failure of the widest starting point did not close its topk: the best tree, just below it, was found
+    best = max((r for r in launched if r.feasible), key=lambda r: r.values[0])
+    assert tree(best)[1] == 8 and truth[best.config_key].level_tok_s[4] >= 0.98 * max(
+        t.level_tok_s[4] for t in truth.values() if t.fits)
+
+
+def test_the_boundary_compares_only_configs_alike_in_every_other_flag(tmp_path: Path) -> None:
+    engine = get_engine("sglang")
+    big = {"speculative-algorithm": "EAGLE", STEPS: 5, TOPK: 8, DRAFT: 17, "tp-size": 4}
+    assert at_least(engine, big, {**big, STEPS: 4, DRAFT: 9})
+    assert not at_least(engine, big, {**big, TOPK: 4, DRAFT: 20}), "fewer of one flag, more of another: unknown"
+    assert not at_least(engine, big, {**big, STEPS: 4, "tp-size": 8}), "another tp: another memory plan"
+    assert not at_least(engine, {"speculative-algorithm": "NGRAM"}, {"speculative-algorithm": "NGRAM"})
+    plan = plan_of(tmp_path, launches=8)
+    study = run(plan, wide_trees_win(plan))
+    feasibility = Feasibility(plan.engine, study.get_trials(deepcopy=False))
+    failed = feasibility.failures[0].args
+    assert feasibility.probability(failed, 0.5) == 0.0
+    below = {**failed, STEPS: 2, TOPK: 4, DRAFT: 5}
+    assert feasibility.probability(below, 0.5) == 1.0, "below (3, 4, 9), which started"
+    assert feasibility.probability({**failed, STEPS: 1, DRAFT: 2}, 0.5) == 0.5, "no topk-8 tree started: unknown"

@@ -56,9 +56,9 @@ from autotune.study import WorkloadSpec, load_study  # noqa: E402
 from autotune.targets import measuring  # noqa: E402
 from autotune.targets.process import ProcessSpec, ProcessTarget  # noqa: E402
 from autotune.targets.programs import loadgen  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.studies import write_study  # noqa: E402
-from tests.support.sshd import SSHServer  # noqa: E402
+from autotune.testing.ports import free_port  # noqa: E402
+from autotune.testing.sshd import SSHServer  # noqa: E402
+from autotune.testing.studies import write_study  # noqa: E402
 
 CONFIGS = [tuple(int(x) for x in c.split(",")) for c in os.environ.get("BENCH_CONFIGS", "3,1,4;8,4,11").split(";")]
 ENGINE = get_engine("sglang")

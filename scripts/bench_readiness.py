@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-# ruff: noqa: E402 - the autotune and tests imports must follow the sys.path insert that makes them importable
+# ruff: noqa: E402 - the autotune imports must follow the sys.path insert that makes this checkout importable
 """How fast the tuner notices things, measured against the real emulator on this machine.
 
 1. server ready -> tuner notices: an independent 10 ms poller finds the moment /ready first answers 200;
@@ -34,8 +34,8 @@ from autotune.engines import get_engine
 from autotune.errors import TrialFailure
 from autotune.health import wait_ready
 from autotune.targets.local import LocalSpec, LocalTarget
-from tests.conftest import free_port
-from tests.studies import write_study
+from autotune.testing.ports import free_port
+from autotune.testing.studies import write_study
 
 ENGINE = get_engine("sglang")
 

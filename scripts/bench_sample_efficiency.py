@@ -92,8 +92,8 @@ from autotune.trial import Objective  # noqa: E402
 from autotune.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
 from autotune.sim.truth import FULL, QUICK  # noqa: E402
 from autotune.truth import by_key, study_surface  # noqa: E402
-from tests.conftest import free_port  # noqa: E402
-from tests.studies import SPEC_SPACE  # noqa: E402
+from autotune.testing.ports import free_port  # noqa: E402
+from autotune.testing.studies import SPEC_SPACE  # noqa: E402
 
 MODES = ("weighted", "single", "concurrent", "pareto")
 TARGET = 0.98

@@ -20,8 +20,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.support import postgres  # noqa: E402
-from tests.test_workers import write_multi  # noqa: E402
+from autotune.testing import postgres  # noqa: E402
+from autotune.testing.studies import write_multi  # noqa: E402
 
 
 def run(work: Path, server: str, workers: int, trials: int) -> tuple[float, dict[str, int], int]:

@@ -29,9 +29,9 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tests.conftest import free_port  # noqa: E402
-from tests.studies import SPEC_SPACE  # noqa: E402
-from tests.support.sshd import SSHServer, find_sshd  # noqa: E402
+from autotune.testing.ports import free_port  # noqa: E402
+from autotune.testing.sshd import SSHServer, find_sshd  # noqa: E402
+from autotune.testing.studies import SPEC_SPACE  # noqa: E402
 
 FAULTS = ["startup-crash", "startup-hang", "oom-under-load:3", "crash-after:300", "stall-after:200", "errors:0.5"]
 FAULT_REASONS = {"crashed", "startup_timeout", "oom_under_load", "crashed_under_load", "stalled", "errors"}

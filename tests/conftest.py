@@ -1,34 +1,32 @@
-"""Shared fixtures: every test gets its own machine-wide state dir (locks, pid files) and free ports."""
+"""Fixtures of every test: its own machine-wide state dir (locks, pid files), and no emulator left running; and,
+under pytest-xdist, the turns that keep a test marked ``alone`` from sharing the machine."""
 from __future__ import annotations
 
 import contextlib
 import os
-import socket
-import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parent.parent
+from tests.support.turns import turn
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    if "PYTEST_XDIST_WORKER" not in os.environ:
+        yield
+        return
+    # the workers' temp dirs share one parent, the run's own (removed as pytest rotates its temp dirs)
+    alone = item.get_closest_marker("alone") is not None
+    with turn(Path(item.config.option.basetemp).parent / "turn", alone):
+        yield
 
 
 @pytest.fixture(autouse=True)
 def _isolated_state(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("state")))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run_autotune(*args: str, cwd: Path | None = None, timeout: float = 300,
-                 env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    """Run the real `autotune` command line in a subprocess."""
-    return subprocess.run([sys.executable, "-m", "autotune", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env={**os.environ, **(env or {})}, check=False)
 
 
 def _emulators() -> set[int]:

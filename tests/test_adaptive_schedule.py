@@ -19,8 +19,9 @@ from autotune import adaptive
 from autotune.record import write
 from autotune.engines import config_key, get_engine
 from autotune.errors import UserError
-from tests.conftest import free_port, run_autotune
-from tests.studies import status, write_study
+from autotune.testing.ports import free_port
+from autotune.testing.studies import write_study
+from tests.support.cli import run_autotune, status
 
 ENGINE = get_engine("sglang")
 BASE = {"model-path": "/m", "speculative-algorithm": "EAGLE"}

@@ -5,12 +5,14 @@ Table-driven: the study file (each table and key), target settings, storage URLs
 from __future__ import annotations
 
 import re
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_autotune
-from tests.test_study import VALID
+from tests.support.cli import run_autotune
+from tests.support.study_texts import VALID
 
 SSH = VALID.replace('[target]\nkind = "local"\nserver_port = 31555',
                     '[target]\nkind = "ssh-process"\nhost = "gpu1"\nserver_port = 31555')
@@ -102,40 +104,56 @@ FLAGS = {
 }
 
 
-def _state(tmp_path: Path) -> dict[str, str]:
-    """The user's machine-wide state (locks) beside the test's directory, not in it: only the study's own
+def _state(directory: Path) -> dict[str, str]:
+    """The user's machine-wide state (locks) beside the case's directory, not in it: only the study's own
     directory must stay untouched."""
-    return {"XDG_STATE_HOME": str(tmp_path.parent / f"{tmp_path.name}-state")}
+    return {"XDG_STATE_HOME": str(directory.parent / f"{directory.name}-state")}
 
 
-def _check(r, tmp_path: Path, pattern: str) -> None:
+@pytest.fixture(scope="module")
+def outcomes(tmp_path_factory: pytest.TempPathFactory) -> dict[str, tuple[subprocess.CompletedProcess[str], Path]]:
+    """Every case run as a user runs it, each `autotune` in a fresh process in a directory of its own; four at a
+    time (a process start is most of each case's cost): case -> (the finished process, its directory)."""
+    jobs: dict[str, tuple[list[str], Path]] = {}
+    for case, (text, extra, _) in STUDY_FILE.items():
+        directory = tmp_path_factory.mktemp("bad-study")
+        (directory / "bad.toml").write_text(text)
+        jobs[f"file: {case}"] = (["run", "--study", str(directory / "bad.toml"), *extra], directory)
+    for case, (argv, _) in FLAGS.items():
+        directory = tmp_path_factory.mktemp("bad-flag")
+        (directory / "ok.toml").write_text(VALID)
+        jobs[f"flag: {case}"] = ([str(directory / "ok.toml") if a == "FILE" else a for a in argv], directory)
+
+    def run(job: tuple[list[str], Path]) -> subprocess.CompletedProcess[str]:
+        argv, directory = job
+        return run_autotune(*argv, cwd=directory, env=_state(directory))
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        return {case: (r, jobs[case][1]) for case, r in zip(jobs, pool.map(run, jobs.values()), strict=True)}
+
+
+def _check(r: subprocess.CompletedProcess[str], directory: Path, pattern: str) -> None:
     assert r.returncode == 2, (r.returncode, r.stderr, r.stdout[-500:])
     lines = r.stderr.strip().splitlines()
     assert len(lines) == 1, r.stderr
     assert lines[0].startswith("autotune: error: "), lines[0]
     assert re.search(pattern, lines[0]), lines[0]
     assert "Traceback" not in r.stderr + r.stdout
-    written = sorted(p.name for p in tmp_path.iterdir() if p.name not in ("bad.toml", "ok.toml"))
+    written = sorted(p.name for p in directory.iterdir() if p.name not in ("bad.toml", "ok.toml"))
     assert written == [], f"bad input left {written}"
 
 
 @pytest.mark.parametrize("case", sorted(STUDY_FILE))
-def test_a_bad_study_file_is_one_line_and_writes_nothing(tmp_path: Path, case: str) -> None:
-    text, extra, pattern = STUDY_FILE[case]
-    study = tmp_path / "bad.toml"
-    study.write_text(text)
-    r = run_autotune("run", "--study", str(study), *extra, cwd=tmp_path, env=_state(tmp_path))
-    _check(r, tmp_path, pattern)
+def test_a_bad_study_file_is_one_line_and_writes_nothing(outcomes, case: str) -> None:
+    r, directory = outcomes[f"file: {case}"]
+    _check(r, directory, STUDY_FILE[case][2])
     assert re.search(r"bad\.toml: ", r.stderr), "the message names the file"
 
 
 @pytest.mark.parametrize("case", sorted(FLAGS))
-def test_a_bad_flag_is_one_line_and_writes_nothing(tmp_path: Path, case: str) -> None:
-    argv, pattern = FLAGS[case]
-    study = tmp_path / "ok.toml"
-    study.write_text(VALID)
-    r = run_autotune(*[str(study) if a == "FILE" else a for a in argv], cwd=tmp_path, env=_state(tmp_path))
-    _check(r, tmp_path, pattern)
+def test_a_bad_flag_is_one_line_and_writes_nothing(outcomes, case: str) -> None:
+    r, directory = outcomes[f"flag: {case}"]
+    _check(r, directory, FLAGS[case][1])
 
 
 def test_the_table_covers_forty_bad_inputs() -> None:

@@ -5,13 +5,11 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import run_autotune
-from tests.test_study import VALID
+from tests.support.cli import run_autotune
+from tests.support.study_texts import VALID
 
+#: (the bad study files every command refuses alike are tests/test_bad_inputs.py's table)
 CASES = {
-    "malformed": ("[study\n", r"not valid TOML"),
-    "unknown_key": (VALID.replace("trials = 10", "trials = 10\ntrails = 3"), r"\[study\] trails: unknown key"),
-    "out_of_range": (VALID + "\n[workload]\nmax_tokens = 1\n", r"\[workload\] max_tokens: must be from 2"),
     "empty_space": (VALID.split("[space.")[0], r"space: is empty"),
     "impossible_space": (VALID.replace("choices = [1, 2]", "choices = [2]")
                          .replace("low = 1\nhigh = 4", "low = 1\nhigh = 1")

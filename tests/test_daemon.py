@@ -4,8 +4,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -13,8 +11,8 @@ import optuna
 import pytest
 
 from autotune.targets.local import port_open
-from tests.conftest import run_autotune
-from tests.studies import kept, launches, port_of, status, write_study
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import kept, launches, run_autotune, start_run, status, wait_for_line
 
 #: four distinct valid configs besides the baseline, in grid order: every trial deploys a server
 DEPLOYING_SPACE = """
@@ -22,21 +20,6 @@ DEPLOYING_SPACE = """
 type = "categorical"
 choices = [2, 3, 4, 5]
 """
-
-
-def start_run(study: Path, *extra: str) -> subprocess.Popen[str]:
-    return subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study), *extra],
-                            cwd=study.parent, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def wait_for_line(log: Path, pattern: str, proc: subprocess.Popen[str], timeout: float = 120) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if log.exists() and re.search(pattern, log.read_text()):
-            return
-        assert proc.poll() is None, f"the tuner ended before {pattern!r}: {proc.communicate()}"
-        time.sleep(0.02)
-    pytest.fail(f"never saw {pattern!r}")
 
 
 def assert_nothing_lost(study: Path, budget: int) -> list[dict]:
@@ -51,14 +34,16 @@ def assert_nothing_lost(study: Path, budget: int) -> list[dict]:
     return trials
 
 
-@pytest.mark.parametrize("moment", [
-    r"trial 1 start",                       # before anything is deployed
-    r"trial 1 deploy",                      # while the server starts (readiness wait)
-    r"trial 1 ready in",                    # while it is measured
-    r"trial 1 (\[baseline\] )?(COMPLETE|PRUNED|FAIL):",  # right after the result was written
+@pytest.mark.slow
+@pytest.mark.parametrize("moment, time_scale", [
+    (r"trial 1 start", 0.001),                        # before anything is deployed
+    (r"trial 1 deploy", 0.02),                        # while the server starts (2 s: the readiness wait)
+    (r"trial 1 ready in", 0.001),                     # while it is measured
+    (r"trial 1 (\[baseline\] )?(COMPLETE|PRUNED|FAIL):", 0.001),  # right after the result was written
 ])
-def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str) -> None:
-    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02})
+def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str, time_scale: float) -> None:
+    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE,
+                        args={"sim-time-scale": time_scale})
     proc = start_run(study)
     try:
         wait_for_line(tmp_path / "t.log", moment, proc)
@@ -74,6 +59,7 @@ def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str) -> None
     assert len(base) == 1 and base[0]["state"] == "COMPLETE"
 
 
+@pytest.mark.slow
 def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) -> None:
     """The tuner died between creating a grid trial and asking for its parameters: the restart runs that grid point
     (the window is too short to hit with a signal, so the dead tuner's trial is made here with Optuna itself)."""
@@ -96,6 +82,7 @@ def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) ->
         "the retry ran the dead tuner's grid point"
 
 
+@pytest.mark.slow
 def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02},
                         workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\n"
@@ -123,6 +110,7 @@ def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Pat
     assert retry["params"] == trials[2]["params"] and retry["state"] in ("COMPLETE", "PRUNED")
 
 
+@pytest.mark.slow
 def test_a_second_tuner_on_the_same_target_is_refused(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=3, args={"sim-time-scale": 0.02})
     other = write_study(tmp_path, "other", trials=3, port=port_of(study))  # another study, the same target

@@ -10,8 +10,9 @@ from pathlib import Path
 import httpx
 import pytest
 
-from tests.conftest import free_port
-from tests.small_study import run_cli, small_study, small_study_trials
+from autotune.testing.ports import free_port
+from tests.support.cli import run_cli
+from tests.support.small_study import small_study, small_study_trials
 
 
 @pytest.fixture(scope="module")

@@ -7,23 +7,14 @@ from pathlib import Path
 import optuna
 import pytest
 
-from autotune.record import TrialRecord
 from autotune.engines import ValidRange, get_engine
 from autotune.engines.sglang import tree_capacity
 from autotune.errors import InvalidConfig
-from autotune.space import FILL, Space
-from autotune.study import load_study
-from tests.conftest import run_autotune
-from tests.studies import SPEC_SPACE, launches, status, write_study
-from tests.test_study import VALID, write
-
-STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
-WIDE = VALID.replace("high = 4", "high = 8").replace("choices = [1, 2]", "choices = [1, 2, 4, 8]") \
-    .replace("low = 2\nhigh = 8", "low = 2\nhigh = 32")
-
-
-def space_of(tmp_path: Path, text: str = WIDE) -> Space:
-    return Space(load_study(str(write(tmp_path, text))), get_engine("sglang"), 31555)
+from autotune.record import TrialRecord
+from autotune.space import FILL
+from tests.support.cli import launches, run_autotune
+from tests.support.search_study import LAUNCHES, search_study
+from tests.support.study_texts import DRAFT, STEPS, TOPK, WIDE, space_of
 
 
 def test_sglang_says_which_draft_counts_a_tree_holds() -> None:
@@ -127,22 +118,19 @@ def test_results_show_the_flag_values_not_the_fill() -> None:
     assert TrialRecord.of(old).params == {STEPS: 3}
 
 
-def test_a_default_study_never_deploys_an_invalid_tree_and_shows_real_flags(tmp_path: Path) -> None:
-    study = write_study(tmp_path, trials=8, space=SPEC_SPACE,
-                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
-                                 "window_generations = 1\nwarmup = 0\nmax_repeats = 1"
-                                "\ntolerance = 0.5")
-    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr + r.stdout
-    trials = status(study)["trials"]
-    assert launches(trials) == 8
+@pytest.mark.slow
+def test_a_default_study_never_deploys_an_invalid_tree_and_shows_real_flags(
+        tmp_path_factory: pytest.TempPathFactory) -> None:
+    shared = search_study(tmp_path_factory)   # tests/support/search_study.py: a default study of LAUNCHES launches
+    trials = shared.trials
+    assert launches(trials) == LAUNCHES
     assert not [t for t in trials if t["reason"] == "invalid_config"]
     for t in trials:
         p = t["params"]
         assert set(p) == {STEPS, TOPK, DRAFT}, p  # the real flags, never the fill fraction
         assert p == {k: t["config"][k] for k in p}  # ... as the server ran them
         assert p[DRAFT] == p[STEPS] + 1 if p[TOPK] == 1 else p[DRAFT] <= tree_capacity(p[STEPS], p[TOPK])
-    best = json.loads(run_autotune("best", "--study", str(study), "--json").stdout)
+    best = json.loads(run_autotune("best", "--study", str(shared.path), "--json").stdout)
     assert set(best["params"]) == {STEPS, TOPK, DRAFT}
     assert f"--{DRAFT}" in best["command"]
     assert best["command"][best["command"].index(f"--{DRAFT}") + 1] == str(best["params"][DRAFT])

@@ -1,15 +1,19 @@
 """The package's shape, as ARCHITECTURE.md draws it: no import cycles, one module that owns the trial record,
-engine and target knowledge in their own folders."""
+engine and target knowledge in their own folders, the emulator standing alone, and the test instruments apart from
+the product; and the tests' own: test modules share code only through tests/support, scripts import no tests."""
 from __future__ import annotations
 
 import ast
 from pathlib import Path
 
+
 from autotune.engines.llamacpp import SPEC_TYPES
 from autotune.engines.sglang import TREE_ARGS
 from autotune.targets import KINDS, TargetSpec
 
-PACKAGE = Path(__file__).resolve().parent.parent / "autotune"
+REPO = Path(__file__).resolve().parent.parent
+PACKAGE = REPO / "autotune"
+TESTS = REPO / "tests"
 
 
 def _module(path: Path) -> str:
@@ -88,7 +92,83 @@ def test_study_file_parsing_names_no_target_kinds_option() -> None:
 def test_engine_flags_stay_in_engines() -> None:
     flags = {*TREE_ARGS, "speculative-algorithm", "api-key", "spec-type", "spec-draft-n-max", *SPEC_TYPES}
     for name, (_, text) in _sources().items():
-        if name.startswith(("autotune.engines", "autotune.sim")):
-            continue  # the engines themselves, and the SGLang emulator
+        if name.startswith(("autotune.engines", "autotune.sim", "autotune.testing")):
+            continue  # the engines themselves, the SGLang emulator, and the study files for it
         named = sorted(f for f in flags if f in text)
         assert not named, f"{name} names engine flags {named}"
+
+
+def _module_of(path: Path) -> str:
+    """The dotted name of any module of the repository (autotune, tests, scripts)."""
+    parts = list(path.relative_to(REPO).with_suffix("").parts)
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imported(path: Path) -> set[str]:
+    """Every module name an import statement of ``path`` names (relative imports resolved; ``from X import Y``
+    names X and X.Y), wherever the statement stands."""
+    name = _module_of(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                parts = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*parts, base] if base else parts)
+            found.add(base)
+            found.update(f"{base}.{a.name}" for a in node.names)
+    return found
+
+
+def _within(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def test_tests_share_code_only_through_support() -> None:
+    """No test module, conftest or helper imports a test module or a conftest: what tests share is in tests/support
+    (and the instruments benchmarks use too in autotune/testing)."""
+    def shared_wrongly(name: str) -> bool:
+        last = name.rpartition(".")[2]
+        outside = _within(name, "tests") and name != "tests" and not _within(name, "tests.support")
+        return outside or last == "conftest" or last.startswith("test_")
+
+    wrong = sorted(f"{p.relative_to(REPO)} imports {n}" for p in TESTS.rglob("*.py") for n in _imported(p)
+                   if shared_wrongly(n))
+    assert not wrong, wrong
+
+
+def test_scripts_import_no_tests() -> None:
+    wrong = sorted(f"{p.relative_to(REPO)} imports {n}" for p in (REPO / "scripts").glob("*.py")
+                   for n in _imported(p) if _within(n, "tests"))
+    assert not wrong, wrong
+
+
+def test_test_instruments_are_not_imported_by_the_product() -> None:
+    """autotune/testing serves tests and scripts; nothing else in autotune depends on it."""
+    wrong = sorted(f"{p.relative_to(REPO)} imports {n}" for p in PACKAGE.rglob("*.py")
+                   if not _within(_module_of(p), "autotune.testing")
+                   for n in _imported(p) if _within(n, "autotune.testing"))
+    assert not wrong, wrong
+
+
+def test_the_reference_client_shares_no_code_with_autotune() -> None:
+    imported = _imported(TESTS / "support" / "reference_client.py")
+    assert not [n for n in imported if _within(n, "autotune") or _within(n, "tests")], imported
+
+
+def test_one_free_port() -> None:
+    defined = sorted(str(p.relative_to(REPO)) for folder in (PACKAGE, TESTS, REPO / "scripts")
+                     for p in folder.rglob("*.py") for node in ast.walk(ast.parse(p.read_text()))
+                     if isinstance(node, ast.FunctionDef) and node.name == "free_port")
+    assert defined == ["autotune/testing/ports.py"], defined
+
+
+def test_the_emulator_imports_nothing_of_the_rest() -> None:
+    """autotune/sim stands alone: a test instrument that knows SGLang, not the tuner."""
+    wrong = sorted(f"{p.relative_to(REPO)} imports {n}" for p in (PACKAGE / "sim").rglob("*.py")
+                   for n in _imported(p) if _within(n, "autotune") and not _within(n, "autotune.sim")
+                   and n != "autotune")
+    assert not wrong, wrong

@@ -12,17 +12,19 @@ from pathlib import Path
 import httpx
 import pytest
 
-from autotune.engines.llamacpp import cached_model, cached_server_binary
-from tests.conftest import REPO, free_port, run_autotune
-from tests.studies import status
+from autotune.testing.ports import free_port
+from tests.support.cli import run_autotune, status
+from tests.support.llama_cache import cached_model, cached_server_binary
 
 BINARY, MODEL = cached_server_binary(), cached_model()
+REPO = Path(__file__).resolve().parent.parent
 pytestmark = pytest.mark.skipif(BINARY is None or MODEL is None,
                                 reason="llama-server or SmolLM2 missing: run scripts/build-llama-server.sh and "
                                        "scripts/fetch-smollm2.sh")
 SPECULATIVE = ("ngram-simple", "ngram-map-k", "draft-simple")
 
 
+@pytest.mark.slow
 @pytest.mark.timeout(1800)
 def test_smollm2_study_tunes_a_real_engine(tmp_path: Path) -> None:
     # the repository's study file, with its cache paths made absolute, a free port, and a lighter workload (a 135M

@@ -19,8 +19,8 @@ from autotune.bench.workload import load_prompts
 from autotune.engines import get_engine
 from autotune.study import WorkloadSpec
 from autotune.targets.programs import loadgen, source
-from tests.conftest import free_port
-from tests.test_stale_server import start_emulator
+from autotune.testing.ports import free_port
+from tests.support.emulator import start_emulator
 
 KEY = b'"completion_tokens":'
 

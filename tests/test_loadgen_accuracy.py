@@ -16,10 +16,10 @@ from autotune.bench.measure import Bench, Measurement
 from autotune.bench.workload import load_prompts
 from autotune.engines import get_engine
 from autotune.study import WorkloadSpec
-from tests.conftest import free_port
+from autotune.testing.ports import free_port
 from tests.support import reference_client
 from tests.support.delay_proxy import DelayProxy
-from tests.test_stale_server import start_emulator
+from tests.support.emulator import start_emulator
 
 pytestmark = pytest.mark.slow
 ENGINE = get_engine("sglang")

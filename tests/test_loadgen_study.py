@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, run_autotune
-from tests.studies import kept, launches, port_of, status, write_study
+from autotune.testing.ports import free_port
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import kept, launches, run_autotune, status
 
 pytestmark = pytest.mark.slow
 

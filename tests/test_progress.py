@@ -16,7 +16,7 @@ import pytest
 
 from autotune.logs import setup as setup_logging
 from autotune.progress import CLEAR, Phase, Progress
-from tests.studies import write_study
+from autotune.testing.studies import write_study
 
 
 class Terminal(io.StringIO):

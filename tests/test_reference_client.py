@@ -10,13 +10,12 @@ import sys
 import time
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
 from autotune.sim import tokens
 from autotune.sim.surface import surface
-from tests.conftest import free_port
+from autotune.testing.ports import free_port
 from tests.support import reference_client
 
 SPEEDUP = 4
@@ -26,9 +25,11 @@ WORDS = ["the", "model", "reads", "each", "token", "of", "a", "prompt", "and", "
          "other", "jobs", "share", "its", "batch", "so", "cache", "grows", "as", "time", "goes", "by"]
 
 
-@pytest.fixture
-def emulator(tmp_path: Path) -> Iterator[str]:
-    """A running emulator's base URL; its process group is killed afterwards, whatever the test did."""
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A running emulator's base URL (one for the module's tests); its process group is killed afterwards, whatever
+    the tests did."""
+    tmp_path = tmp_path_factory.mktemp("reference")
     port = free_port()
     log = (tmp_path / "sim.log").open("wb")
     proc = subprocess.Popen(
@@ -74,6 +75,7 @@ def expected() -> tuple[float, float]:
     raise AssertionError("config not in the surface")
 
 
+@pytest.mark.alone
 def test_reference_client_matches_the_emulator_model(emulator: str) -> None:
     single_expected, concurrent_expected = expected()
 

@@ -17,8 +17,8 @@ from optuna.trial import TrialState, create_trial
 
 from autotune import report
 from autotune.targets.unitfile import exec_line
-from tests.conftest import run_autotune
-from tests.small_study import run_cli, small_study, small_study_trials
+from tests.support.cli import run_autotune, run_cli
+from tests.support.small_study import small_study, small_study_trials
 
 PLOTS = ("history", "importances", "slice", "contour", "throughput", "timeline")
 

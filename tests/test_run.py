@@ -13,23 +13,25 @@ from pathlib import Path
 import pytest
 
 from autotune.targets.local import port_open
-from tests.conftest import run_autotune
-from tests.studies import kept, launches, port_of, status, write_study
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import kept, launches, run_autotune, status
+from tests.support.search_study import LAUNCHES, search_study
 
 
-def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> None:
-    study = write_study(tmp_path, trials=7)
-    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr + r.stdout
+@pytest.mark.slow
+def test_study_beats_the_baseline_and_records_every_trial(tmp_path_factory: pytest.TempPathFactory,
+                                                          tmp_path: Path) -> None:
+    shared = search_study(tmp_path_factory)   # tests/support/search_study.py: a default study of LAUNCHES launches
+    study, r, trials = shared.path, shared.run, shared.trials
     # one line per trial on stdout: number, params, result or failure reason, best so far
     finished = re.findall(r"trial (\d+)(?: \[[a-z ]+\])? (COMPLETE|PRUNED|FAIL): .* -> .* \| best .* \| "
-                          r"(launch \d+/7|no launch|retried, no launch counted)\n", r.stdout)
-    trials = status(study)["trials"]
+                          rf"(launch \d+/{LAUNCHES}|no launch|retried, no launch counted)\n", r.stdout)
     assert [int(n) for n, _, _ in finished] == list(range(len(trials)))
     assert "Traceback" not in r.stderr
     # the budget counts launches: a trial that reused a measurement or was rejected costs none
-    assert launches(trials) == 7
-    assert [c for _, _, c in finished if c.startswith("launch")] == [f"launch {n}/7" for n in range(1, 8)]
+    assert launches(trials) == LAUNCHES
+    assert [c for _, _, c in finished if c.startswith("launch")] == [f"launch {n}/{LAUNCHES}"
+                                                                      for n in range(1, LAUNCHES + 1)]
     assert all(t["launched"] == (t["reused_from"] is None and t["reason"] not in ("invalid_config", "given_up"))
                for t in trials)
     base = next(t for t in kept(trials) if t["baseline"])  # a busy machine may cut its first attempt short
@@ -49,18 +51,20 @@ def test_study_beats_the_baseline_and_records_every_trial(tmp_path: Path) -> Non
 
     # every deployed trial kept its own server log; the local server is stopped at the end
     deployed = [t for t in trials if t["launched"]]
-    logs = tmp_path / "t-logs"
+    logs = study.parent / "t-logs"
     for t in deployed:
         text = (logs / f"trial-{t['number']:04d}.log").read_text()
         assert "The server is fired up and ready to roll!" in text or t["reason"]
     assert not port_open(port_of(study))
-    assert (tmp_path / "t.db").exists() and (tmp_path / "t.log").exists()
+    assert (study.parent / "t.db").exists() and (study.parent / "t.log").exists()
 
-    # running again resumes the same study: the budget counts across runs and the baseline is not run again
-    r = run_autotune("run", "--study", str(study), "--launches", "9", cwd=tmp_path)
+    # running again resumes the same study (a copy of it here: other tests read the original): the budget counts
+    # across runs and the baseline is not run again
+    again = shared.copy(tmp_path)
+    r = run_autotune("run", "--study", str(again), "--launches", str(LAUNCHES + 2), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
-    trials = status(study)["trials"]
-    assert launches(trials) == 9
+    trials = status(again)["trials"]
+    assert launches(trials) == LAUNCHES + 2
     assert sum(t["baseline"] for t in kept(trials)) == 1
 
 
@@ -79,6 +83,7 @@ high = 4
 """
 
 
+@pytest.mark.slow
 def test_invalid_and_duplicate_configs_cost_no_deployment(tmp_path: Path) -> None:
     # steps 1: topk 1 makes every draft count 2 (duplicates of the baseline); topk 2 allows at most 3 draft tokens
     # at twice the model's speed, not ten times: there the client fell behind at c4 now and then, even on an idle
@@ -112,6 +117,7 @@ choices = ["startup-crash", "startup-hang", "warmup-hang"]
 """
 
 
+@pytest.mark.slow
 def test_startup_failures_end_with_named_reasons(tmp_path: Path) -> None:
     study = write_study(tmp_path, sampler="grid", trials=4, space=FAULT_SPACE, health="interval = 0.25\ntimeout = 4")
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
@@ -126,9 +132,10 @@ def test_startup_failures_end_with_named_reasons(tmp_path: Path) -> None:
 
 @pytest.mark.parametrize("space, reason", [
     ('[space.mem-fraction-static]\ntype = "categorical"\nchoices = [0.3]\n', "oom_startup"),
-    ('[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [8]\n'
-     '[space.speculative-num-steps]\ntype = "categorical"\nchoices = [8]\n'
-     '[space.speculative-num-draft-tokens]\ntype = "categorical"\nchoices = [64]\n', "oom_startup"),
+    pytest.param('[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [8]\n'
+                 '[space.speculative-num-steps]\ntype = "categorical"\nchoices = [8]\n'
+                 '[space.speculative-num-draft-tokens]\ntype = "categorical"\nchoices = [64]\n', "oom_startup",
+                 marks=pytest.mark.slow),   # the same reason as the first, through CUDA graph memory
     ('[space.not-a-real-flag]\ntype = "categorical"\nchoices = ["x"]\n', "invalid_args"),
 ])
 def test_out_of_memory_and_rejected_arguments(tmp_path: Path, space: str, reason: str) -> None:
@@ -141,6 +148,7 @@ def test_out_of_memory_and_rejected_arguments(tmp_path: Path, space: str, reason
     assert trials[1]["detail"]
 
 
+@pytest.mark.slow
 def test_sigkill_mid_trial_then_resume_loses_nothing(tmp_path: Path) -> None:
     # at twice the model's speed (see above): a client_bound retry before trial 2 would shift the trial it kills
     study = write_study(tmp_path, trials=5, args={"sim-time-scale": 0.02, "sim-speedup": 2})
@@ -177,6 +185,7 @@ def test_sigkill_mid_trial_then_resume_loses_nothing(tmp_path: Path) -> None:
     assert not port_open(port_of(study)), "the orphaned server and the last one were stopped"
 
 
+@pytest.mark.slow
 def test_apply_deploys_the_best_or_a_chosen_trial_and_waits_until_healthy(tmp_path: Path) -> None:
     import httpx
 
@@ -203,6 +212,7 @@ def test_apply_deploys_the_best_or_a_chosen_trial_and_waits_until_healthy(tmp_pa
         subprocess.run(["pkill", "-f", "--", f"--port {port}"], check=False)
 
 
+@pytest.mark.slow
 def test_gp_sampler_runs_a_study_when_installed(tmp_path: Path) -> None:
     """sampler = "gp" (the optional [gp] extra): Optuna's GPSampler proposes the configs after the startup trials."""
     pytest.importorskip("torch")

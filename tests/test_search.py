@@ -1,27 +1,25 @@
-"""The tuner's own proposals beside the sampler's (autotune/search/), in a real study on the emulator: after the
-baseline and two of the engine's starting points its model picks each launch from the whole space (a config not
-measured yet), and it keeps its last launches to confirm the leader, whose pooled estimate `autotune best` then
-reports."""
+"""The tuner's own proposals beside the sampler's (autotune/search/), in a real study on the emulator (the study
+tests/support/search_study.py runs once for several tests): after the baseline and two of the engine's starting
+points its model picks each launch from the whole space (a config not measured yet), and it keeps its last launches
+to confirm the leader, whose pooled estimate `autotune best` then reports."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
-from tests.conftest import run_autotune
-from tests.studies import launches, status, write_study
+import pytest
+
+from tests.support.cli import launches, run_autotune
+from tests.support.search_study import LAUNCHES, search_study
 
 FLAGS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens")
 
 
-def test_the_models_picks_then_confirmations_within_the_launch_budget(tmp_path: Path) -> None:
-    study = write_study(tmp_path, trials=12, seed=3,
-                        workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 8\n"
-                                 "window_generations = 2\nwarmup = 1\ntolerance = 0.5")
-    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
-    assert r.returncode == 0, r.stderr + r.stdout
-    trials = status(study)["trials"]
+@pytest.mark.slow
+def test_the_models_picks_then_confirmations_within_the_launch_budget(tmp_path_factory: pytest.TempPathFactory) -> None:
+    shared = search_study(tmp_path_factory)
+    study, r, trials = shared.path, shared.run, shared.trials
     retried = {t["retry_of"] for t in trials}
-    assert launches(trials) == 12
+    assert launches(trials) == LAUNCHES
 
     def config(t: dict) -> tuple:
         return tuple(t["params"][f] for f in FLAGS)

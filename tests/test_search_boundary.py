@@ -9,38 +9,21 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
-import optuna
 from optuna.trial import TrialState
 
 from autotune import queue
-from autotune.budget import admit
 from autotune.engines import get_engine
 from autotune.plan import Plan, make_plan
-from autotune.pruning import make_pruner
 from autotune.record import TrialRecord
-from autotune.search import SearchSettings, make_sampler
+from autotune.search import SearchSettings
 from autotune.search.feasibility import Feasibility, at_least
 from autotune.study import load_study
 from autotune.trial import Objective, decide
-from autotune.trial.surrogate import Noise, SurrogateLaunch
+from autotune.trial.surrogate import SurrogateLaunch
+from autotune.testing.studies import write_study
 from autotune.truth import ConfigTruth
-from tests.studies import write_study
-
-STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
-SPACE = """
-[space.speculative-num-steps]
-type = "int"
-low = 1
-high = 6
-[space.speculative-eagle-topk]
-type = "categorical"
-choices = [1, 2, 4, 8]
-[space.speculative-num-draft-tokens]
-type = "int"
-low = 2
-high = 16
-"""
-EXACT = Noise(single=0.0, concurrent=0.0, bias=0.0)
+from tests.support.study_texts import DRAFT, STEPS, TOPK
+from tests.support.surrogate_studies import EXACT, SPACE, run
 
 
 def plan_of(tmp_path: Path, launches: int, **search: object) -> Plan:
@@ -68,18 +51,6 @@ def wide_trees_win(plan: Plan) -> dict[str, ConfigTruth]:
                                  fits=draft + topk * steps <= 30)
     out.setdefault(plan.baseline.key, ConfigTruth({}, {1: 200.0, 4: 800.0}, 1.5, 24, True))
     return out
-
-
-def run(plan: Plan, truth: dict[str, ConfigTruth]) -> optuna.Study:
-    spec = plan.spec
-    study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, plan.space, 0),
-                                pruner=make_pruner(spec))
-    queue.start(study, plan)
-    objective = Objective(plan, SurrogateLaunch(plan, truth, EXACT, seed=1))
-    while admit(study, plan.budget, heartbeats=False) == "run":
-        queue.queue_next(study, plan, plan.budget)
-        study.optimize(objective, n_trials=1)
-    return study
 
 
 def tree(rec: TrialRecord) -> tuple[int, int, int]:

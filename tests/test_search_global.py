@@ -8,10 +8,15 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+from autotune.plan import Plan, make_plan
 from autotune.record import TrialRecord
 from autotune.search import SearchSettings
-from tests.test_search_boundary import DRAFT, STEPS, TOPK, ConfigTruth, Plan, load_study, make_plan, run, write_study
-from tests.test_search_boundary import SPACE as BOUNDARY_SPACE
+from autotune.study import load_study
+from autotune.testing.studies import write_study
+from autotune.truth import ConfigTruth
+from tests.support.study_texts import DRAFT, STEPS, TOPK
+from tests.support.surrogate_studies import SPACE as BOUNDARY_SPACE
+from tests.support.surrogate_studies import run
 
 
 def far_corner(plan: Plan) -> dict[str, ConfigTruth]:

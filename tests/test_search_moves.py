@@ -16,8 +16,8 @@ from autotune.search import SearchSettings
 from autotune.space import Space
 from autotune.study import load_study
 from autotune.targets import make_target
+from autotune.testing.studies import write_study
 from autotune.trial import Objective, ServerLaunch
-from tests.studies import write_study
 
 STEPS, TOPK = "speculative-num-steps", "speculative-eagle-topk"
 #: steps along a chain or a topk-2 tree (draft tokens fixed): a config's neighbours are steps +-1 and the other topk

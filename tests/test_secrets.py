@@ -7,15 +7,17 @@ import subprocess
 from pathlib import Path
 
 import httpx
+import pytest
 
-from tests.conftest import run_autotune
-from tests.studies import port_of, write_study
+from autotune.testing.studies import port_of, write_study
+from tests.support.cli import run_autotune
 
 API_KEY = "sk-api-7Hq2kP9x"
 HF_TOKEN = "hf_tokenvalue_81234"
 LITERAL = "literal-token-5542"
 
 
+@pytest.mark.slow
 def test_secrets_reach_the_server_and_nothing_autotune_writes(tmp_path: Path) -> None:
     study = write_study(tmp_path, trials=3, space='[space.speculative-num-steps]\ntype = "int"\nlow = 2\nhigh = 3\n')
     text = study.read_text().replace("[engine.args]\n", '[engine.args]\napi-key = { env = "AUTOTUNE_TEST_API_KEY" }\n')

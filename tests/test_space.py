@@ -9,7 +9,7 @@ from autotune.engines import get_engine
 from autotune.errors import InvalidConfig, UserError
 from autotune.space import Space
 from autotune.study import load_study
-from tests.test_study import VALID, write
+from tests.support.study_texts import VALID, write
 
 
 @pytest.fixture

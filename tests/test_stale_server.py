@@ -8,36 +8,18 @@ import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
-import httpx
 import optuna
+import pytest
 
 from autotune.trial import Objective, ServerLaunch
 from autotune.plan import make_plan
 from autotune.study import load_study
 from autotune.targets.base import Deployment, Target
 from autotune.targets.local import port_open
-from tests.conftest import free_port, run_autotune
-from tests.studies import status, write_study
-
-
-def start_emulator(port: int, steps: int, topk: int, draft: int, speedup: float = 10, model: str = "/m",
-                   profile: str | None = None, tp: int = 4) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "autotune.sim", "--model-path", model, "--tp-size", str(tp), "--port", str(port),
-         "--speculative-algorithm", "EAGLE", "--speculative-num-steps", str(steps), "--speculative-eagle-topk",
-         str(topk), "--speculative-num-draft-tokens", str(draft), "--sim-time-scale", "0.005", "--sim-speedup",
-         str(speedup), *(("--sim-profile", profile) if profile else ())],
-        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"http://127.0.0.1:{port}/health_generate", timeout=2).status_code == 200:
-                return proc
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.1)
-    proc.kill()
-    raise RuntimeError("emulator did not start")
+from autotune.testing.ports import free_port
+from autotune.testing.studies import write_study
+from tests.support.cli import run_autotune, status
+from tests.support.emulator import start_emulator
 
 
 class StaleTarget(Target):
@@ -97,6 +79,7 @@ def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
         old.kill()
 
 
+@pytest.mark.slow
 def test_foreign_process_on_the_port_is_named_and_never_killed(tmp_path: Path) -> None:
     port = free_port()
     squatter = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],

@@ -5,17 +5,17 @@ import re
 import signal
 from pathlib import Path
 
+import pytest
+
 from autotune.engines import get_engine
 from autotune.errors import REASONS
 from autotune.engines.sglang import tree_capacity
 from autotune.search import initial_design
 from autotune.space import Space
 from autotune.study import load_study
-from tests.conftest import run_autotune
-from tests.studies import SPEC_SPACE, kept, status, write_study
-from tests.test_daemon import start_run, wait_for_line
-from tests.test_dependent_ranges import DRAFT, STEPS, TOPK, WIDE, space_of
-from tests.test_study import write
+from autotune.testing.studies import SPEC_SPACE, write_study
+from tests.support.cli import kept, run_autotune, start_run, status, wait_for_line
+from tests.support.study_texts import DRAFT, STEPS, TOPK, WIDE, space_of, write
 
 EAGLE = {"speculative-algorithm": "EAGLE"}
 #: what the full space's starting points are: the chain at the quartiles of steps 1-8, then wider trees at the median
@@ -75,6 +75,7 @@ def test_only_model_based_samplers_get_them(tmp_path: Path) -> None:
         assert triples(initial_design(spec, Space(spec, engine, 31555))) == expected, extra
 
 
+@pytest.mark.slow
 def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> None:
     workload = ("max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
                 "window_generations = 1\nwarmup = 0\nmax_repeats = 1\ntolerance = 0.5")
@@ -103,15 +104,15 @@ def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> N
     assert all(t["state"] in ("COMPLETE", "PRUNED") or not REASONS[t["reason"]] for t in trials)
 
 
+@pytest.mark.slow
 def test_a_baseline_cut_short_runs_again_before_them(tmp_path: Path) -> None:
     """A config queued again after a failure that was not its fault (here the user's stop during the baseline) is
     the next one measured: the starting points are queued one at a time, so they never stand in front of it (the
     weighted objective of each of them needs the baseline first)."""
-    study = write_study(tmp_path, trials=5, space=SPEC_SPACE, args={"sim-time-scale": 0.02},
-                        workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\n"
-                                 "window_generations = 1\nwarmup = 1\ntolerance = 0.5")
+    # the server starts in 2 s: the stop lands while the baseline's server starts
+    study = write_study(tmp_path, trials=5, space=SPEC_SPACE, args={"sim-time-scale": 0.02})
     proc = start_run(study)
-    wait_for_line(tmp_path / "t.log", r"trial 0 ready in", proc)
+    wait_for_line(tmp_path / "t.log", r"trial 0 deploy", proc)
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err

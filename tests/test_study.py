@@ -7,38 +7,7 @@ import pytest
 
 from autotune.errors import UserError
 from autotune.study import load_study
-
-VALID = """
-[study]
-trials = 10
-[target]
-kind = "local"
-server_port = 31555
-[engine]
-kind = "sglang"
-command = ["autotune-sim"]
-[engine.args]
-model-path = "/m"
-speculative-algorithm = "EAGLE"
-[space.speculative-num-steps]
-type = "int"
-low = 1
-high = 4
-[space.speculative-eagle-topk]
-type = "categorical"
-choices = [1, 2]
-[space.speculative-num-draft-tokens]
-type = "int"
-low = 2
-high = 8
-"""
-
-
-def write(tmp_path: Path, text: str, name: str = "s") -> Path:
-    path = tmp_path / f"{name}.toml"
-    path.write_text(text)
-    return path
-
+from tests.support.study_texts import VALID, write
 
 def error_of(tmp_path: Path, text: str) -> str:
     with pytest.raises(UserError) as e:

@@ -20,7 +20,7 @@ from autotune.study import load_study
 from autotune.trial import Objective, decide
 from autotune.trial.surrogate import Noise, SurrogateLaunch
 from autotune.truth import ConfigTruth
-from tests.studies import write_study
+from autotune.testing.studies import write_study
 
 STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
 SPACE = """

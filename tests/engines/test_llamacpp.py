@@ -19,8 +19,9 @@ import pytest
 
 from autotune.engines import config_key, get_engine
 from autotune.engines.base import StreamUpdate
-from autotune.engines.llamacpp import LlamaCpp, cache_root, cached_model, cached_server_binary
+from autotune.engines.llamacpp import LlamaCpp
 from autotune.errors import REASONS, InvalidConfig
+from tests.support.llama_cache import cache_root, cached_model, cached_server_binary
 
 ENGINE = LlamaCpp()
 MODEL = "/m/SmolLM2-135M-Instruct.Q4_1.gguf"

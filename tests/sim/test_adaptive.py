@@ -11,7 +11,7 @@ from autotune.sim.adaptive import Controller, Schedule, Slot, SlotConfig
 from autotune.sim.args import ArgRuleError, build_parser, resolve
 from autotune.sim.profile import load_profile
 
-from .conftest import LLAMA, QWEN
+from tests.support.emulator import LLAMA, QWEN
 
 EAGLE = ["--speculative-algorithm", "EAGLE"]
 

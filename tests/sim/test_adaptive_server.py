@@ -12,7 +12,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from .conftest import FAST, LLAMA, QWEN
+from tests.support.emulator import FAST, LLAMA, QWEN
 
 DATA = Path(__file__).parent / "data"
 CROSSOVER = ["--model-path", "/models/Llama-3.1-8B-Instruct", "--sim-profile", str(DATA / "crossover.toml")]

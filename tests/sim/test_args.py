@@ -8,8 +8,7 @@ import pytest
 
 from autotune.sim.args import ArgRuleError, build_parser, resolve
 from autotune.sim.profile import load_profile
-
-from .conftest import QWEN
+from tests.support.emulator import QWEN
 
 
 def run(*args: str) -> subprocess.CompletedProcess:

@@ -8,7 +8,7 @@ import time
 import httpx
 import pytest
 
-from .conftest import FAST, LLAMA, QWEN, port_open, sse_events
+from tests.support.emulator import FAST, LLAMA, QWEN, port_open, sse_events
 
 SCHEDULER_CRASH = "Scheduler hit an exception: Traceback (most recent call last):"
 LAUNCH_SIGQUIT = "Received sigquit from a child process. It usually means the child failed."

@@ -114,7 +114,7 @@ def test_surface_cli_prints_one_json_document():
 
 
 def test_surface_cli_table_space_override_and_errors(monkeypatch, capsys):
-    from tests.small_study import run_cli
+    from tests.support.cli import run_cli
 
     code, out, err = run_cli(monkeypatch, capsys, "sim", "surface", "--profile", "llama8b", "--space",
                              '{"speculative-num-steps": [2, 3], "speculative-eagle-topk": [1]}')

@@ -8,7 +8,7 @@ import time
 
 import httpx
 
-from .conftest import sse_events
+from tests.support.emulator import sse_events
 
 
 def generate(client: httpx.Client, max_new_tokens: int, text: str = "Explain speculative decoding.", **params):

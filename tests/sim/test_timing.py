@@ -9,11 +9,11 @@ import re
 import time
 
 import httpx
+import pytest
 
 from autotune.sim import model
 from autotune.sim.profile import load_profile
-
-from .conftest import QWEN
+from tests.support.emulator import QWEN
 
 STEPS = 3
 SPEEDUP = 20
@@ -85,6 +85,7 @@ def eagle_server(emulator, speedup: float, *extra: str):
                     "--speculative-num-draft-tokens", str(STEPS + 1), *extra).wait_ready()
 
 
+@pytest.mark.alone
 def test_single_stream_rate_tracks_the_model_at_speedup_20(emulator):
     emu = eagle_server(emulator, SPEEDUP, "--sim-noise", "0")
     expected = modelled(1, 2, 1500)[0]
@@ -93,6 +94,7 @@ def test_single_stream_rate_tracks_the_model_at_speedup_20(emulator):
         assert abs(first_to_last / expected - 1) < 0.15, (slope, first_to_last, expected)
 
 
+@pytest.mark.alone
 def test_concurrent_throughput_tracks_the_model(emulator):
     # Speedup 4 keeps this 2-core box's CPU (client and server, ~10k SSE chunks) out of the measurement.
     emu = eagle_server(emulator, 4, "--sim-seed", "3")

@@ -20,7 +20,7 @@ from autotune.errors import TrialFailure, UserError
 from autotune.health import wait_ready
 from autotune.targets.process import ProcessTarget
 from autotune.targets.programs import hostlock
-from tests.ssh.helpers import server_argv, wait_for
+from tests.support.ssh import server_argv, wait_for
 
 ENGINE = SGLang()
 READY = "/health_generate"  # SGLang answers 200 here once it can generate

@@ -11,7 +11,7 @@ import pytest
 from autotune.errors import UserError
 from autotune.targets.process import ProcessTarget
 from autotune.targets.ssh import SSHConnection
-from tests.support.sshd import host_key_line, keygen
+from autotune.testing.sshd import host_key_line, keygen
 
 
 def fingerprint(pub: Path) -> str:

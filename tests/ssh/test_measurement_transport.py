@@ -15,11 +15,11 @@ from autotune.engines import get_engine
 from autotune.errors import TrialFailure
 from autotune.health import wait_ready
 from autotune.plan import make_plan
-from autotune.truth import study_surface
 from autotune.study import WorkloadSpec, load_study
 from autotune.targets.process import ProcessTarget
-from tests.ssh.conftest import SpecFactory
-from tests.studies import one_config_space, write_study
+from autotune.testing.studies import one_config_space, write_study
+from tests.support.ssh import SpecFactory
+from tests.support.truths import level_truth
 
 ENGINE = get_engine("sglang")
 MAX_TOKENS = 128
@@ -48,6 +48,8 @@ def _figure(url: str, prompts: list[str], level: int, size: int) -> float | str:
     return m.summary(level)["output_tok_s"]
 
 
+@pytest.mark.alone
+@pytest.mark.slow
 @pytest.mark.timeout(600)
 @pytest.mark.parametrize("config", [(3, 1, 4), (8, 4, 11)])
 def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], make_spec: SpecFactory,
@@ -60,7 +62,7 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
             "sim-speedup": speedup, "sim-time-scale": 0.001},
             workload=f"max_tokens = {MAX_TOKENS}\nconcurrency = [1, 32]\nrequests = 32\nwindow_generations = 1")
         plan = make_plan(load_study(str(study)))
-        truth = {int(c): v for c, v in study_surface(plan)["configs"][0]["level_tok_s"].items()}
+        truth = level_truth(plan)
         spec = make_spec(tunnel=True)
         target = cleanup(ProcessTarget(spec))
         argv = plan.engine.render([sys.executable, "-m", "autotune.sim"],

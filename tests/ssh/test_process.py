@@ -21,7 +21,7 @@ from autotune.tables import Reader
 from autotune.targets import make_target, parse_target
 from autotune.targets.process import ProcessTarget
 from autotune.targets.systemd import SystemdTarget
-from tests.ssh.helpers import children, cmdline, pid_alive, server_argv, wait_for
+from tests.support.ssh import children, cmdline, pid_alive, server_argv, wait_for
 
 ENGINE = SGLang()
 READY = "/health_generate"  # SGLang answers 200 here once it can generate

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from autotune.targets.programs import hostlock, ports, safedir, script
-from tests.ssh.helpers import pid_alive, wait_for
+from tests.support.ssh import pid_alive, wait_for
 
 #: starts a process group, leaves one member behind and exits: a group whose leader is gone
 ORPHAN_GROUP = """

@@ -25,12 +25,10 @@ from autotune.targets.launch import is_secret
 from autotune.targets.local import LocalSpec, LocalTarget
 from autotune.targets.process import ProcessTarget
 from autotune.targets.systemd import SystemdTarget
-from tests.conftest import run_autotune
-from tests.ssh.conftest import REPO
-from tests.ssh.helpers import children, cmdline, server_argv, stand_in, wait_for
-from tests.ssh.test_study import finished_ok, remote_study
-from tests.studies import kept, status
-from tests.support.sshd import SSHServer, free_port
+from tests.support.cli import finished_ok, kept, run_autotune, status
+from tests.support.ssh import REPO, children, cmdline, remote_study, server_argv, stand_in, wait_for
+from autotune.testing.ports import free_port
+from autotune.testing.sshd import SSHServer
 
 ENGINE = SGLang()
 API_KEY = f"sk-host-{secrets.token_hex(8)}"

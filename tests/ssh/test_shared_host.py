@@ -19,12 +19,9 @@ from autotune.targets.process import ProcessTarget
 from autotune.targets.programs import hostlock
 from autotune.targets.ssh import DEFAULT_WORKDIR
 from autotune.targets.systemd import SystemdTarget
-from tests.conftest import run_autotune
-from tests.ssh.conftest import _spec_factory
-from tests.ssh.helpers import children, main_pid, pid_alive, server_argv, wait_for
-from tests.ssh.test_study import remote_study
-from tests.ssh.test_systemd import Unit, unit, unit_spec  # noqa: F401  (fixtures)
-from tests.support.sshd import SSHServer
+from autotune.testing.sshd import SSHServer
+from tests.support.cli import run_autotune
+from tests.support.ssh import Unit, children, main_pid, pid_alive, remote_study, server_argv, spec_factory, wait_for
 
 ENGINE = SGLang()
 NOBODY = 65534
@@ -131,7 +128,7 @@ def test_env_reaches_the_server_through_no_command_line(make_spec, cleanup, tmp_
     assert not [p for p in Path(target.directory).iterdir() if b"hf-secret-0815" in p.read_bytes()]
 
 
-def _systemd_study(tmp_path: Path, sshd: SSHServer, unit: Unit) -> Path:  # noqa: F811
+def _systemd_study(tmp_path: Path, sshd: SSHServer, unit: Unit) -> Path:
     study = remote_study(tmp_path, sshd, trials=1, target="\n".join([
         'kind = "ssh-systemd"', f'unit = "{unit.name}"', f'unit_dir = "{unit.root / "system"}"']))
     text = study.read_text()
@@ -141,7 +138,7 @@ def _systemd_study(tmp_path: Path, sshd: SSHServer, unit: Unit) -> Path:  # noqa
     return study
 
 
-def _tuned(unit: Unit, unit_spec, tmp_path: Path) -> SystemdTarget:  # noqa: F811
+def _tuned(unit: Unit, unit_spec, tmp_path: Path) -> SystemdTarget:
     """The unit running a trial's config, as a study left it (--no-restore)."""
     target = SystemdTarget(unit_spec(workdir=str(tmp_path / "w" / "work")))
     try:
@@ -152,13 +149,13 @@ def _tuned(unit: Unit, unit_spec, tmp_path: Path) -> SystemdTarget:  # noqa: F81
     return target
 
 
-def _left_running(unit: Unit, target: SystemdTarget, dropin: bytes) -> None:  # noqa: F811
+def _left_running(unit: Unit, target: SystemdTarget, dropin: bytes) -> None:
     assert Path(target.dropin_path).read_bytes() == dropin
     pid = main_pid(unit.root, unit.name)
     assert pid and pid_alive(pid) and "trial" in Path(f"/proc/{pid}/cmdline").read_bytes().decode()
 
 
-def test_a_planted_symlink_lock_is_refused_and_overwrites_nothing(sshd: SSHServer, unit: Unit, unit_spec,  # noqa: F811
+def test_a_planted_symlink_lock_is_refused_and_overwrites_nothing(sshd: SSHServer, unit: Unit, unit_spec,
                                                                   tmp_path: Path) -> None:
     """Another user made the unit's directory in the workdir first and linked the lock's holder file to the
     victim's authorized_keys: `autotune restore` refuses before it takes the lock, in one line."""
@@ -182,7 +179,7 @@ def test_a_planted_symlink_lock_is_refused_and_overwrites_nothing(sshd: SSHServe
     _left_running(unit, target, dropin)
 
 
-def test_a_link_in_autotunes_own_directory_is_never_followed(unit: Unit, unit_spec, cleanup,  # noqa: F811
+def test_a_link_in_autotunes_own_directory_is_never_followed(unit: Unit, unit_spec, cleanup,
                                                              tmp_path: Path) -> None:
     target = _tuned(unit, unit_spec, tmp_path)
     dropin = Path(target.dropin_path).read_bytes()
@@ -199,7 +196,7 @@ def test_a_link_in_autotunes_own_directory_is_never_followed(unit: Unit, unit_sp
     _left_running(unit, target, dropin)
 
 
-def test_a_swapped_parent_directory_is_refused(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:  # noqa: F811
+def test_a_swapped_parent_directory_is_refused(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
     """The workdir's parent is writable by a group: someone swapped the workdir for one of their own, with a backup
     that would have the unit preload their library. Refused on the parent, before anything is read."""
     target = _tuned(unit, unit_spec, tmp_path)
@@ -218,7 +215,7 @@ def test_a_swapped_parent_directory_is_refused(unit: Unit, unit_spec, cleanup, t
     _left_running(unit, target, dropin)
 
 
-def test_a_forged_backup_is_refused(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:  # noqa: F811
+def test_a_forged_backup_is_refused(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
     """A backup on the target that is not the one autotune took (and kept a copy of) is never installed, however
     much it looks like autotune's own drop-in."""
     target = _tuned(unit, unit_spec, tmp_path)
@@ -288,7 +285,7 @@ def test_another_users_process_cannot_take_or_fake_the_lock(make_spec, cleanup, 
 def test_a_host_without_sftp_is_refused_at_preflight(cleanup, tmp_path: Path) -> None:
     server = SSHServer(tmp_path / "nosftp", sftp=False).start()
     try:
-        target = cleanup(ProcessTarget(_spec_factory(server, tmp_path / "work")(tunnel=False)))
+        target = cleanup(ProcessTarget(spec_factory(server, tmp_path / "work")(tunnel=False)))
         with pytest.raises(UserError) as e:
             target.preflight(server_argv(target.spec.server_port))
         assert "\n" not in str(e.value) and "no SFTP session" in str(e.value) and "Subsystem sftp" in str(e.value)

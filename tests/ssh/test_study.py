@@ -10,59 +10,24 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from autotune.engines.sglang import SGLang
 from autotune.study import load_study
 from autotune.targets.process import ProcessTarget
-from tests.conftest import run_autotune
-from tests.ssh.helpers import children, cmdline, main_pid, stand_in, wait_for
-from tests.studies import kept, status, write_study
-from tests.support.sshd import SSHServer, free_port
+from autotune.testing.ports import free_port
+from autotune.testing.sshd import SSHServer
+from tests.support.cli import finished_ok, kept, run_autotune, status
+from tests.support.ssh import children, cmdline, main_pid, remote_study, stand_in, wait_for
 
 ENGINE = SGLang()
 READY = "/health_generate"  # SGLang answers 200 here once it can generate
 REPO = Path(__file__).resolve().parents[2]
 
 
-def remote_study(directory: Path, server: SSHServer, *, trials: int, target: str = "",
-                 args: dict[str, object] | None = None, **kwargs: object) -> Path:
-    """A small study whose [target] is the test sshd (the emulator runs 'remotely', through SSH). Tokens come at the
-    model's own speed, 96 to a request: through the tunnel on a busy machine a request spends tens of milliseconds
-    in the client and the forward, which made 48-token requests at twice the speed client-bound (26-33% of their
-    time, against the 25% the tolerance allows), and a client_bound level is retried as a new trial."""
-    path = write_study(directory, trials=trials, args={"sim-speedup": 1, **(args or {})},
-                       workload="max_tokens = 96\nconcurrency = [1, 4]\nrequests = 4\n"
-                                "window_generations = 1\nwarmup = 1\ntolerance = 0.5",
-                       **kwargs)  # type: ignore[arg-type]
-    text = path.read_text()
-    port = re.search(r"server_port = (\d+)", text).group(1)  # type: ignore[union-attr]
-    block = "\n".join([
-        "[target]",
-        target or 'kind = "ssh-process"',
-        f'host = "{server.host}"',
-        f"port = {server.port}",
-        'user = "root"',
-        f'key_file = "{server.user_key}"',
-        f'known_hosts = "{server.known_hosts}"',
-        f'workdir = "{directory / "remote-work"}"',
-        "tunnel = true",
-        "connect_timeout = 5",
-        "reconnect_timeout = 20",
-        f"server_port = {port}",
-        "",
-    ])
-    text = re.sub(r"\[target\]\nkind = \"local\"\nserver_port = \d+\n", block, text)
-    # systemd does not search the login PATH: the emulator by absolute path, as a real unit would name it
-    text = text.replace('command = ["autotune-sim"]', f'command = {json.dumps([sys.executable, "-m", "autotune.sim"])}')
-    path.write_text(text)
-    return path
 
 
-def finished_ok(r: subprocess.CompletedProcess[str]) -> None:
-    assert r.returncode == 0, r.stderr + r.stdout
-    assert "Traceback" not in r.stderr
-
-
+@pytest.mark.slow
 def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None:
     study = remote_study(tmp_path, sshd, trials=2)
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
@@ -95,6 +60,7 @@ def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None
         target.close()
 
 
+@pytest.mark.slow
 def test_study_on_an_ssh_systemd_target_then_restore(sshd: SSHServer, fake_systemd_root: Path,
                                                     tmp_path: Path) -> None:
     name = f"sglang-study-{free_port()}.service"
@@ -127,6 +93,7 @@ def test_study_on_an_ssh_systemd_target_then_restore(sshd: SSHServer, fake_syste
         stand_in(fake_systemd_root, "systemctl", "stop", name)
 
 
+@pytest.mark.slow
 def test_study_survives_a_connection_cut(private_sshd: SSHServer, tmp_path: Path) -> None:
     study = remote_study(tmp_path, private_sshd, trials=4)
     log = tmp_path / "t.log"

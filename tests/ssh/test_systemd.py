@@ -6,8 +6,6 @@ import json
 import os
 import signal
 import socket
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -17,58 +15,15 @@ from autotune.errors import TrialFailure, UserError
 from autotune.health import wait_ready
 from autotune.targets.systemd import SystemdTarget
 from autotune.targets.unitfile import environment_line, exec_line
-from tests.ssh import fake_systemd
-from tests.ssh.helpers import cmdline, main_pid, server_argv, stand_in, wait_for
-from tests.support.sshd import free_port
+from autotune.testing.ports import free_port
+from tests.support import fake_systemd
+from tests.support.ssh import Unit, cmdline, main_pid, port_open, server_argv, stand_in, wait_for
 
 ENGINE = SGLang()
 NASTY = "a b 'c' \"d\" $(touch {m}) `touch {m}` ; touch {m} | & > {m}.2 $HOME ${{HOME}} %s %% %n \\ end"
 
 
-@dataclass
-class Unit:
-    name: str
-    port: int
-    original: list[str]
-    path: Path
-    text: str
-    root: Path
-
-
-def port_open(port: int) -> bool:
-    with socket.socket() as s:
-        s.settimeout(0.5)
-        return s.connect_ex(("127.0.0.1", port)) == 0
-
-
-@pytest.fixture
-def unit(fake_systemd_root: Path):
-    """A service that runs the 'original' server before tuning starts."""
-    name = f"sglang-test-{uuid.uuid4().hex[:8]}.service"
-    port = free_port()
-    original = server_argv(port, "--served-model-name", "original-config")
-    text = ("[Unit]\nDescription=SGLang under test\n\n[Service]\nType=simple\n"
-            f"ExecStart={' '.join(original)}\nEnvironment=ORIGINAL_ENV=1\nRestart=no\n\n"
-            "[Install]\nWantedBy=multi-user.target\n")
-    path = fake_systemd_root / "system" / name
-    path.write_text(text)
-    assert stand_in(fake_systemd_root, "systemctl", "daemon-reload").returncode == 0
-    assert stand_in(fake_systemd_root, "systemctl", "start", name).returncode == 0
-    wait_for(lambda: port_open(port), timeout=60)
-    yield Unit(name, port, original, path, text, fake_systemd_root)
-    stand_in(fake_systemd_root, "systemctl", "stop", name)
-
-
-@pytest.fixture
-def unit_spec(make_spec, unit: Unit):
-    def make(**overrides: object):
-        values = {"kind": "ssh-systemd", "unit": unit.name, "unit_dir": str(unit.root / "system"),
-                  "server_port": unit.port, "tunnel": True}
-        values.update(overrides)
-        return make_spec(**values)
-    return make
-
-
+@pytest.mark.slow
 def test_deploy_backs_up_once_renders_a_quoted_dropin_reads_this_start_and_restores(
         unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
     marker = tmp_path / "pwned"

@@ -1,4 +1,6 @@
-"""Study files for tests: the emulator on a free local port, started 100x faster, with a small workload."""
+"""Study files for the SGLang emulator: a local target on a free port, the emulator started fast (x1000), tokens at
+four times the model's speed (where one client keeps up with a small workload even on a busy 2-core machine; at ten
+times it fell behind at concurrency 4 now and then), and a small workload."""
 from __future__ import annotations
 
 import json
@@ -6,7 +8,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import free_port, run_autotune
+from autotune.testing.ports import free_port
 
 SPEC_SPACE = """
 [space.speculative-num-steps]
@@ -53,8 +55,8 @@ def write_study(
         "speculative-num-steps": 1,
         "speculative-eagle-topk": 1,
         "speculative-num-draft-tokens": 2,
-        "sim-time-scale": 0.005,
-        "sim-speedup": 10,
+        "sim-time-scale": 0.001,
+        "sim-speedup": 4,
     }
     fixed.update(args or {})
     arg_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in fixed.items() if v is not None)
@@ -87,24 +89,50 @@ command = ["autotune-sim"]
     return path
 
 
+def write_multi(directory: Path, storage: str, targets: list[str], trials: int, time_scale: float = 0.01,
+                speedup: float = 10) -> tuple[Path, dict[str, int]]:
+    """A study of several local targets (one worker each, on its own free port) sharing ``storage``: its file and
+    each target's port. ``time_scale`` and ``speedup`` are the emulator's --sim-time-scale and --sim-speedup."""
+    ports = {name: free_port() for name in targets}
+    tables = "".join(f'[targets.{name}]\nkind = "local"\nserver_port = {port}\n\n' for name, port in ports.items())
+    text = f"""[study]
+trials = {trials}
+storage = "{storage}"
+heartbeat = 1
+seed = 3
+
+{tables}
+[engine]
+kind = "sglang"
+command = ["autotune-sim"]
+
+[engine.args]
+model-path = "/shared/models/Qwen3.5-122B-A10B"
+tp-size = 4
+speculative-algorithm = "EAGLE"
+speculative-num-steps = 1
+speculative-eagle-topk = 1
+speculative-num-draft-tokens = 2
+sim-time-scale = {time_scale}
+sim-speedup = {speedup}
+{SPEC_SPACE}
+[workload]
+max_tokens = 48
+concurrency = [1, 4]
+requests = 4
+window_generations = 1
+warmup = 1
+tolerance = 0.5
+
+[health]
+interval = 0.25
+timeout = 30
+"""
+    path = directory / "multi.toml"
+    path.write_text(text)
+    return path, ports
+
+
 def port_of(study: Path) -> int:
     """The server port a study file's (only) target uses."""
     return int(re.search(r"server_port = (\d+)", study.read_text()).group(1))
-
-
-def status(path: Path) -> dict[str, Any]:
-    r = run_autotune("status", "--study", str(path), "--json")
-    assert r.returncode == 0, r.stderr
-    return json.loads(r.stdout)
-
-
-def kept(trials: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """`status --json` rows without the attempts that were queued again (cut short for the infrastructure's sake,
-    like a client_bound level on a busy machine): the trials a user counts."""
-    retried = {t["retry_of"] for t in trials}
-    return [t for t in trials if t["number"] not in retried]
-
-
-def launches(trials: list[dict[str, Any]]) -> int:
-    """The launches a study's budget counts, from `status --json` rows."""
-    return sum(t["launched"] for t in kept(trials))

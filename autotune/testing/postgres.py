@@ -1,6 +1,6 @@
-"""A throw-away PostgreSQL server on 127.0.0.1 for tests, or the one CI started (AUTOTUNE_TEST_POSTGRES).
+"""A throw-away PostgreSQL server on 127.0.0.1 for tests and benchmarks, or the one CI started (AUTOTUNE_TEST_POSTGRES).
 
-``.ci/run`` starts a cluster with ``python -m tests.support.postgres start DIR`` and exports its URL; a developer's
+``.ci/run`` starts a cluster with ``python -m autotune.testing.postgres start DIR`` and exports its URL; a developer's
 test run without that variable starts its own cluster in a temp dir (Debian's postgresql package provides initdb
 and pg_ctl; as root, the server runs as the ``postgres`` user, which refuses to run as root).
 """
@@ -17,7 +17,7 @@ from pathlib import Path
 
 import sqlalchemy
 
-from tests.support.sshd import free_port
+from autotune.testing.ports import free_port
 
 ENV = "AUTOTUNE_TEST_POSTGRES"
 APT_HINT = "apt-get install -y --no-install-recommends postgresql"
@@ -86,7 +86,7 @@ def new_database(server_url: str) -> str:
 
 
 if __name__ == "__main__":
-    # python -m tests.support.postgres start DIR  -> prints the URL;  ... stop DIR
+    # python -m autotune.testing.postgres start DIR  -> prints the URL;  ... stop DIR
     action, directory = sys.argv[1], Path(sys.argv[2])
     if action == "start":
         print(start(directory))

@@ -1,4 +1,4 @@
-"""A throw-away OpenSSH server on 127.0.0.1 for tests: real sshd, real keys, nothing mocked.
+"""A throw-away OpenSSH server on 127.0.0.1 for tests and benchmarks: real sshd, real keys, nothing mocked.
 
 ``SSHServer(tmp_dir).start()`` generates a host key and a user key, writes an sshd_config that listens on a free
 loopback port and accepts only that user key (root login by key only: the tests run as root and the remote side runs
@@ -18,6 +18,8 @@ import subprocess
 import time
 from pathlib import Path
 
+from autotune.testing.ports import free_port
+
 SSHD_CANDIDATES = ("/usr/sbin/sshd", "/usr/local/sbin/sshd", "/sbin/sshd")
 APT_HINT = "apt-get update && apt-get install -y --no-install-recommends openssh-server"
 
@@ -30,12 +32,6 @@ def find_sshd() -> str | None:
         if os.access(candidate, os.X_OK):
             return candidate
     return None
-
-
-def free_port() -> int:
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def keygen(path: Path, kind: str = "ed25519") -> Path:

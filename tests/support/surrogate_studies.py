@@ -1,0 +1,44 @@
+"""Studies through the product's own trial path with a surrogate launch (no server): a made-up landscape of
+figures per config stands in for the emulator, so the search's choices over a whole study take a second or so."""
+from __future__ import annotations
+
+import optuna
+
+from autotune import queue
+from autotune.budget import admit
+from autotune.plan import Plan
+from autotune.pruning import make_pruner
+from autotune.search import make_sampler
+from autotune.trial import Objective
+from autotune.trial.surrogate import Noise, SurrogateLaunch
+from autotune.truth import ConfigTruth
+
+#: steps 1-6, topk 1-8 and up to 16 draft tokens: trees of every width, small enough to enumerate
+SPACE = """
+[space.speculative-num-steps]
+type = "int"
+low = 1
+high = 6
+[space.speculative-eagle-topk]
+type = "categorical"
+choices = [1, 2, 4, 8]
+[space.speculative-num-draft-tokens]
+type = "int"
+low = 2
+high = 16
+"""
+#: figures exactly as the landscape states them
+EXACT = Noise(single=0.0, concurrent=0.0, bias=0.0)
+
+
+def run(plan: Plan, truth: dict[str, ConfigTruth]) -> optuna.Study:
+    """A whole study of ``plan`` whose launches measure ``truth`` exactly, as the tuner runs one."""
+    spec = plan.spec
+    study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, plan.space, 0),
+                                pruner=make_pruner(spec))
+    queue.start(study, plan)
+    objective = Objective(plan, SurrogateLaunch(plan, truth, EXACT, seed=1))
+    while admit(study, plan.budget, heartbeats=False) == "run":
+        queue.queue_next(study, plan, plan.budget)
+        study.optimize(objective, n_trials=1)
+    return study

@@ -195,9 +195,11 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
 @cli.command()
 @STUDY
 @STORAGE
-@click.option("--format", "fmt", type=click.Choice(["args", "unit", "json"]), default=None,
+@click.option("--format", "fmt", type=click.Choice(["args", "unit", "json", "sglang-adaptive"]), default=None,
               help="args: the shell-quoted server command line; unit: a systemd service unit running it; "
-                   "json: one JSON document (same as --json).")
+                   "json: one JSON document (same as --json); sglang-adaptive: SGLang's adaptive speculative "
+                   "schedule from the chains' measurements at each load (the file on stdout, how it was chosen "
+                   "and how to deploy it on stderr).")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON document (--format json).")
 @click.option("--per-concurrency", is_flag=True,
               help="The best config at each measured concurrency level (from the trials already run).")
@@ -205,7 +207,12 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
     """The best feasible trial: params, metrics and the full server command line."""
     from autotune import best as forms
 
+    if fmt == "sglang-adaptive" and (as_json or per_concurrency):
+        raise click.UsageError("--format sglang-adaptive prints the schedule file: no --json or --per-concurrency")
     spec, study = _study(study_name, storage)
+    if fmt == "sglang-adaptive":
+        _print_adaptive_schedule(spec, study)
+        return
     if per_concurrency:
         if fmt not in (None, "json"):
             raise click.UsageError("--per-concurrency prints a table or --json, not --format " + fmt)
@@ -228,6 +235,19 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
         for k, v in rec.params.items():
             click.echo(f"  {k} = {v}")
         click.echo(shlex.join(rec.command or []))
+
+
+def _print_adaptive_schedule(spec: StudySpec, study: optuna.Study) -> None:
+    import shlex
+
+    from autotune import adaptive
+    from autotune.engines import get_engine
+
+    engine = get_engine(spec.engine.kind)
+    schedule = adaptive.build(study, engine, spec.workload.tolerance)
+    _print_json(schedule.document)
+    for line in adaptive.summary(schedule, lambda args: shlex.join(engine.render(spec.engine.command, args))):
+        click.echo(line, err=True)
 
 
 @cli.command("report")

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from autotune.engines.base import (
+    AdaptiveRules,
     Args,
     ArgValue,
     Engine,
@@ -12,8 +13,8 @@ from autotune.engines.base import (
     config_key,
 )
 
-__all__ = ["ENGINES", "ArgValue", "Args", "Engine", "GenerationRequest", "ServerInfo", "StreamUpdate", "ValidRange",
-           "config_key", "get_engine"]
+__all__ = ["ENGINES", "AdaptiveRules", "ArgValue", "Args", "Engine", "GenerationRequest", "ServerInfo", "StreamUpdate",
+           "ValidRange", "config_key", "get_engine"]
 
 ENGINES = ("sglang", "llamacpp")
 

@@ -63,6 +63,36 @@ class GenerationRequest:
     body: dict[str, Any]
 
 
+class AdaptiveRules(ABC):
+    """How an engine runs an adaptive speculative schedule: a chain length per running batch size, from a file."""
+
+    #: the name of the schedule file's format (`autotune best --format NAME`)
+    format: str
+
+    @abstractmethod
+    def chain_steps(self, config: Mapping[str, ArgValue]) -> int | None:
+        """The draft steps of ``config`` when it is a single-chain speculative config the engine's adaptive mode
+        can switch between (None for any other config, or one whose settings make adaptive mode fall back)."""
+
+    @abstractmethod
+    def family(self, config: Mapping[str, ArgValue]) -> Args:
+        """``config`` without the flags that set its chain: the configs a schedule switches between share it."""
+
+    @abstractmethod
+    def padded_batch(self, batch: int, limit: int | None) -> int:
+        """The batch size a running batch of ``batch`` requests is routed by (the engine pads it to a captured
+        CUDA-graph size); ``limit`` is the server's max_running_requests, when known."""
+
+    @abstractmethod
+    def document(self, slots: Mapping[int, Sequence[int]]) -> dict[str, Any]:
+        """The schedule file for ``slots`` (smallest routed batch -> chain steps); ValueError, with the engine's
+        own message, for a schedule the engine would refuse."""
+
+    @abstractmethod
+    def deploy_args(self, family: Mapping[str, ArgValue], slots: Mapping[int, Sequence[int]], path: str) -> Args:
+        """The config that runs the schedule written to ``path`` on top of ``family``."""
+
+
 class Engine(ABC):
     """One serving engine's rules, endpoints and formats."""
 
@@ -80,6 +110,8 @@ class Engine(ABC):
     short_prefixes: tuple[str, ...] = ()
     #: the two tuned flags a contour plot is drawn over when both are tuned (() lets the report pick)
     plot_params: tuple[str, ...] = ()
+    #: how the engine runs an adaptive speculative schedule (None: it has no such mode)
+    adaptive: AdaptiveRules | None = None
     #: the key of a stream event's cumulative completion-token count (the load generator reads it by position)
     stream_tokens_key: str = ""
     #: the key of a stream's last event that holds the server's own timing of the request in seconds ("": none)

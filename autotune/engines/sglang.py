@@ -15,6 +15,7 @@ from typing import Any
 import httpx
 
 from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate, ValidRange
+from autotune.engines.sglang_adaptive import SGLangAdaptive
 from autotune.engines.secret_args import OffCommandLine, SecretFile, flags_with_values, without
 from autotune.errors import InvalidConfig
 
@@ -60,6 +61,7 @@ class SGLang(Engine):
     readiness_paths = ("/ready", "/health")
     short_prefixes = ("speculative-num-", "speculative-eagle-", "speculative-")
     plot_params = TREE_ARGS[:2]
+    adaptive = SGLangAdaptive()
 
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
         out: Args = dict(args)

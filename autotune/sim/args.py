@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from autotune.sim import model
+from autotune.sim import adaptive, model
 from autotune.sim.faults import Faults, collect, parse_fault
 from autotune.sim.flags_table import FLAGS
 from autotune.sim.profile import DEFAULT_PROFILE, Profile
@@ -29,7 +29,14 @@ PAGE_TREE_BACKENDS = ("flashinfer", "fa3", "triton")
 
 
 class ArgRuleError(Exception):
-    """SGLang rejected the arguments while resolving them; ``str()`` is the exception line it prints."""
+    """SGLang rejected the arguments while resolving them; ``str()`` is the exception line it prints.
+
+    ``frames`` are the stack frames below SGLang's speculative hook, as (file under sglang/, line, function, code);
+    None for the usual ones (the algorithm's own argument handler)."""
+
+    def __init__(self, message: str, frames: list[tuple[str, int, str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.frames = frames
 
 
 @dataclasses.dataclass(frozen=True)
@@ -246,9 +253,11 @@ def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> 
             raise ArgRuleError(f"ValueError: Unknown speculative algorithm name: {algorithm}")
         algorithm = "EAGLE" if name == "NEXTN" else name
         fields["speculative_algorithm"] = algorithm
+    schedule = _resolve_adaptive(fields, algorithm, warn) if fields["speculative_adaptive"] else None
+    if algorithm is not None:
         if algorithm not in EAGLE_FAMILY:
             raise ArgRuleError(f"NotImplementedError: autotune.sim does not emulate speculative algorithm {algorithm}")
-        deferred = _resolve_eagle(fields, profile, backend, warn)
+        deferred = _resolve_eagle(fields, profile, backend, warn, adaptive_steps=schedule is not None)
     fields["served_model_name"] = fields["served_model_name"] or fields["model_path"]
     _check_context_length(fields, profile)
     spec = None
@@ -275,6 +284,9 @@ def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> 
         disable_radix_cache=bool(fields["disable_radix_cache"]),
         kv_cache_dtype=fields["kv_cache_dtype"],
         mamba_ssm_dtype=fields["mamba_ssm_dtype"],
+        adaptive=schedule,
+        skip_zero_step_draft_extend=os.environ.get("SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND", "").lower()
+        in ("1", "true", "yes"),
     )
     chunked = config.chunked_prefill_size or model.default_chunked_prefill_size(profile)
     graph_max_bs = model.default_cuda_graph_max_bs(profile, config)
@@ -291,8 +303,73 @@ def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> 
                     launch_command=" ".join(argv), deferred_error=deferred)
 
 
-def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn) -> tuple[str, str] | None:
-    """SGLang's _handle_eagle_family: defaults, the all-or-none triple, topk rules; returns a deferred failure."""
+def _resolve_adaptive(fields: dict[str, Any], algorithm: str | None, warn) -> adaptive.Schedule | None:
+    """SGLang's adaptive hook, run before the algorithm's own handler: fall back (a warning) when the settings do
+    not support it; else read the schedule file, default topk to 1 and the steps to the middle of the union of
+    candidates (a given value must be in it), and force draft tokens to steps + 1."""
+    reason = adaptive.unsupported_reason(fields, algorithm)
+    if reason is not None:
+        warn(f"speculative_adaptive disabled: {reason}. Falling back to static speculative params.")
+        fields["speculative_adaptive"] = False
+        return None
+    try:
+        cfg, entries = adaptive.load_config(fields["speculative_adaptive_config"])
+    except (OSError, ValueError, AttributeError, TypeError) as e:
+        raise ArgRuleError(_exception_line(e), _adaptive_frames(_failing_line(e))) from None
+    union = adaptive.union_of_steps(entries)
+    if fields["speculative_eagle_topk"] is None:
+        fields["speculative_eagle_topk"] = 1
+    if fields["speculative_num_steps"] is None:
+        fields["speculative_num_steps"] = union[len(union) // 2]
+    steps = fields["speculative_num_steps"]
+    if steps not in union:
+        raise ArgRuleError(
+            f"ValueError: --speculative-num-steps={steps} is not in the adaptive config candidate_steps {union}. "
+            "Pass one of those values.",
+            [_ADAPTIVE_HOOK_FRAME, ("srt/arg_groups/speculative_hook.py", 1031, "_init_adaptive_speculative_params",
+                                    "raise ValueError(")])
+    fields["speculative_num_draft_tokens"] = steps + 1
+    return adaptive.schedule(cfg, entries, steps)
+
+
+_ADAPTIVE_HOOK_FRAME = ("srt/arg_groups/speculative_hook.py", 280, "handle_speculative_decoding",
+                        "_init_adaptive_speculative_params(server_args)")
+
+
+def _adaptive_frames(code: str) -> list[tuple[str, int, str, str]]:
+    return [
+        _ADAPTIVE_HOOK_FRAME,
+        ("srt/arg_groups/speculative_hook.py", 1020, "_init_adaptive_speculative_params",
+         "candidate_steps = resolve_candidate_steps_from_config("),
+        ("srt/speculative/adaptive_spec_params.py", 141, "resolve_candidate_steps_from_config",
+         "_, bs_entries = _load_adaptive_config(cfg_path)"),
+        ("srt/speculative/adaptive_spec_params.py", 104, "_load_adaptive_config", code),
+    ]
+
+
+def _failing_line(e: Exception) -> str:
+    """The line of SGLang's _load_adaptive_config that raises ``e``."""
+    if isinstance(e, OSError):
+        return "with open(cfg_path) as f:"
+    if isinstance(e, json.JSONDecodeError):
+        return "cfg = json.load(f)"
+    if isinstance(e, AttributeError):
+        return "for key, entry in cfg.items():" if "'items'" in str(e) else 'steps = entry.get("candidate_steps")'
+    return "raise ValueError("
+
+
+def _exception_line(e: Exception) -> str:
+    """The last line of Python's traceback for ``e`` (the class qualified by its module unless a builtin)."""
+    cls = type(e)
+    name = cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+    return f"{name}: {e}"
+
+
+def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn,
+                   adaptive_steps: bool = False) -> tuple[str, str] | None:
+    """SGLang's _handle_eagle_family: defaults, the all-or-none triple, topk rules; returns a deferred failure.
+
+    With ``adaptive_steps`` the adaptive hook has set the triple already, and steps 0 (a plain decode) is allowed."""
     if fields["max_running_requests"] is None:
         fields["max_running_requests"] = model.SPEC_DEFAULT_MAX_RUNNING_REQUESTS
         warn("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
@@ -321,6 +398,8 @@ def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn)
         )
     fields["speculative_num_steps"], fields["speculative_eagle_topk"] = steps, topk
     fields["speculative_num_draft_tokens"] = draft
+    if adaptive_steps and steps == 0:
+        return None
     if steps < 1 or topk < 1 or (draft is not None and draft < 2):
         raise ArgRuleError("ValueError: autotune.sim needs speculative_num_steps >= 1, speculative_eagle_topk >= 1 "
                            "and speculative_num_draft_tokens >= 2")

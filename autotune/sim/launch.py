@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from autotune.sim import logs, model
+from autotune.sim import adaptive, logs, model
 from autotune.sim.args import Resolved, SimOptions
 from autotune.sim.metrics import Metrics
 from autotune.sim.profile import Profile
@@ -121,6 +121,8 @@ class Launch:
                 f"avail mem={avail - plan.draft_weights_gb:.2f} GB, mem usage={plan.draft_weights_gb:.2f} GB."
             )
             self.timings["load_weight"] += elapsed
+        if self.config.adaptive is not None:
+            self.log.info(adaptive.initialized_line(self.config.adaptive))
 
     async def allocate(self) -> None:
         plan, prof = self.plan, self.profile
@@ -160,16 +162,20 @@ class Launch:
         self.log.info(f"Memory pool end. avail mem={self.avail:.2f} GB")
 
     async def capture(self) -> None:
+        if not self.config.disable_cuda_graph:
+            await self.capture_startup_graphs()
+        if self.config.adaptive is not None:
+            await self.build_adaptive_states()
+
+    async def capture_startup_graphs(self) -> None:
         plan, cfg = self.plan, self.config
-        if cfg.disable_cuda_graph:
-            return
         deferred = self.resolved.deferred_error
         graph_error = deferred[1] if deferred and deferred[0] == "graph" else None
         spec = cfg.spec
         name, key = ("target verify", "target_verify") if spec else ("target decode", "decode")
         self.log.info(f"Capture {name} CUDA graph begin. backend=full, num_tokens_per_req={cfg.width}, "
                       f"avail mem={self.avail:.2f} GB")
-        if plan.error_phase == "graph":
+        if plan.error_phase == "graph" and plan.error_step is None:
             self.die_capture(plan.error)
         if graph_error and spec is None:
             self.die("graph", graph_error)
@@ -188,10 +194,29 @@ class Launch:
             elapsed = await self.phase(self.seconds["draft_graph"])
             self._graph_end(f"Capture {label} CUDA graph end. ", key, elapsed, plan.graph_gb * 0.2)
 
-    def die_capture(self, error: str) -> None:
+    async def build_adaptive_states(self) -> None:
+        """SGLang's AdaptiveController.init_states: a runtime state (graphs only for the batch sizes that route to
+        it) for every other candidate step; the first one the headroom cannot hold fails its capture."""
+        plan, st = self.plan, self.profile.startup
+        graphs, memory = self.timings["cuda_graph"], self.timings["graph_memory"]
+        for state in plan.adaptive_states:
+            draft_graphs = 2 if state.steps > 1 else 1
+            per_bs = st.graph_capture_s_per_bs + st.draft_graph_capture_s_per_bs * draft_graphs
+            elapsed = await self.phase(per_bs * len(state.capture_bs))
+            graphs["target_verify"] = graphs.get("target_verify", 0.0) + elapsed
+            shares = {"target_verify": 0.6, "draft_decode": 0.2 if draft_graphs == 2 else 0.0, "draft_extend": 0.2}
+            for phase, share in shares.items():
+                memory[phase] = memory.get(phase, 0.0) + share * state.graph_gb
+            used = sum(shares.values()) * state.graph_gb
+            self.avail -= used
+            self.log.info(f"Built adaptive runtime state steps={state.steps}: elapsed={elapsed:.2f}s, mem={used:.2f}GB")
+        if plan.error_step is not None:
+            self.die_capture(plan.error, "adaptive_graph")
+
+    def die_capture(self, error: str, phase: str = "graph") -> None:
         """A failed capture: SGLang re-raises the cause as "Capture cuda graph failed: ..." with its advice."""
         detail = error.partition(": ")[2]
-        self.die("graph", f"Exception: Capture cuda graph failed: {detail}\n{GRAPH_FAILED_MSG}", cause=error)
+        self.die(phase, f"Exception: Capture cuda graph failed: {detail}\n{GRAPH_FAILED_MSG}", cause=error)
 
     def _graph_end(self, head: str, phase: str, elapsed: float, gb: float) -> None:
         self.avail -= gb

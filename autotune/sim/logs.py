@@ -33,6 +33,15 @@ _FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
          "runner = GraphRunnerCls(model_runner)"),
         ("srt/model_executor/runner/decode_cuda_graph_runner.py", 601, "__init__", "raise Exception("),
     ],
+    "adaptive_graph": [
+        ("srt/managers/scheduler.py", 633, "__init__", "self.init_model_worker()"),
+        ("srt/speculative/eagle_worker_v2.py", 262, "__init__", "self.adaptive_controller.init_states("),
+        ("srt/speculative/adaptive_runtime_state.py", 118, "init_states",
+         "state = self.worker.build_adaptive_runtime_state("),
+        ("srt/speculative/eagle_worker_v2.py", 1490, "build_adaptive_runtime_state",
+         "target_graph_runner = TargetGraphRunnerCls("),
+        ("srt/model_executor/runner/decode_cuda_graph_runner.py", 601, "__init__", "raise Exception("),
+    ],
     "capture": [
         ("srt/model_executor/runner/decode_cuda_graph_runner.py", 598, "__init__", "self.capture()"),
         ("srt/model_executor/runner/decode_cuda_graph_runner.py", 731, "capture", "self._capture_one(bs)"),
@@ -107,16 +116,20 @@ def _traceback(frames: list[tuple[str, int, str, str | None]], exception: str) -
     return "\n".join(lines)
 
 
-def launcher_traceback(exception: str) -> str:
-    """The traceback Python prints when argument resolution raises in `python -m sglang.launch_server`."""
+def launcher_traceback(exception: str, inner: list[tuple[str, int, str, str]] | None = None) -> str:
+    """The traceback Python prints when argument resolution raises in `python -m sglang.launch_server`.
+
+    ``inner`` are the frames below the resolution pipeline (file under sglang/, line, function, code); by default
+    the speculative hook calling the algorithm's argument handler."""
+    inner = inner or [("srt/arg_groups/speculative_hook.py", 286, "handle_speculative_decoding",
+                       "algo.handle_server_args(server_args)")]
     frames = [
         ("<frozen runpy>", 198, "_run_module_as_main", None),
         ("<frozen runpy>", 88, "_run_code", None),
         (f"{SGLANG_ROOT}/launch_server.py", 92, "<module>", "run_server(server_args)"),
         (f"{SGLANG_ROOT}/launch_server.py", 28, "run_server", "server_args.resolve_once()"),
         (f"{SGLANG_ROOT}/srt/server_args.py", 364, "resolve_once", "run_resolution_pipeline(self)"),
-        (f"{SGLANG_ROOT}/srt/arg_groups/speculative_hook.py", 286, "handle_speculative_decoding",
-         "algo.handle_server_args(server_args)"),
+        *((f"{SGLANG_ROOT}/{file}", line, func, code) for file, line, func, code in inner),
     ]
     return _traceback(frames, exception)
 

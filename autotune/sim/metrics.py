@@ -51,8 +51,11 @@ class Metrics:
         self.requests += 1
 
     def update_gauges(self, running: int, queued: int, used_tokens: int, gen_throughput: float,
-                      accept_length: float, accept_rate: float) -> None:
+                      accept_length: float, accept_rate: float, num_steps: int = 0, num_draft_tokens: int = 0) -> None:
+        """Copy the scheduler's figures; ``num_steps``/``num_draft_tokens`` are the live speculative tier."""
         self.gauges.update(
+            spec_num_steps=num_steps,
+            spec_num_draft_tokens=num_draft_tokens,
             num_running_reqs=running,
             num_queue_reqs=queued,
             num_used_tokens=used_tokens,
@@ -101,6 +104,8 @@ _GAUGES = [
     ("spec_accept_length", "The average acceptance length of speculative decoding."),
     ("spec_accept_rate", ("The average acceptance rate of speculative decoding (`accepted tokens / total draft tokens` "
                          "in batch).")),
+    ("spec_num_steps", "The current number of speculative decoding steps."),
+    ("spec_num_draft_tokens", "The current number of speculative draft tokens."),
 ]
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from autotune.sim.adaptive import Schedule
 from autotune.sim.profile import Profile
 
 GIB = 1 << 30
@@ -65,10 +66,31 @@ class Config:
     disable_radix_cache: bool = False
     kv_cache_dtype: str = "auto"
     mamba_ssm_dtype: str | None = None
+    #: adaptive speculative decoding (``spec`` is then the step it starts on)
+    adaptive: Schedule | None = None
+    #: SGLANG_SPEC_SKIP_ZERO_STEP_DRAFT_EXTEND: steps 0 skips the draft extend too (else it still runs)
+    skip_zero_step_draft_extend: bool = False
 
     @property
     def width(self) -> int:
         return self.spec.draft if self.spec else 1
+
+    @property
+    def max_draft(self) -> int:
+        """Draft tokens that buffers and state pools are sized for: the widest step an adaptive schedule may use."""
+        return self.adaptive.max_draft_tokens if self.adaptive else self.width
+
+    @property
+    def kv_reserve_tokens(self) -> int:
+        """KV tokens one decode iteration may need per request (SGLang reserves twice this in spec v2)."""
+        if self.spec is None:
+            return 1
+        return max(self.spec.steps * self.spec.topk, self.max_draft)
+
+    def at_steps(self, steps: int) -> Config:
+        """This config running an adaptive schedule's chain of ``steps`` (0: a plain decode)."""
+        spec = self.spec
+        return dataclasses.replace(self, spec=Spec(steps, 1, steps + 1, spec.threshold_single, spec.threshold_acc))
 
     @property
     def kv_scale(self) -> float:
@@ -178,6 +200,8 @@ def draft_ms(profile: Profile, cfg: Config, batch: int) -> float:
         return 0.0
     t = profile.timing
     sp = cfg.spec
+    if sp.steps == 0 and cfg.skip_zero_step_draft_extend:
+        return 0.0
     per_step = t.draft_step_ms + t.draft_token_ms * batch * sp.topk
     return sp.steps * per_step + t.draft_extend_ms + t.draft_extend_token_ms * batch * sp.draft
 
@@ -209,6 +233,16 @@ def prefill_ms(profile: Profile, cfg: Config, new_tokens: int, requests: int) ->
 # --------------------------------------------------------------------------------------------------- memory
 
 
+@dataclasses.dataclass(frozen=True)
+class AdaptiveState:
+    """The runtime state of one adaptive step beyond the one the server starts on: the captured batch sizes that
+    route to it (none: no graphs) and their CUDA-graph memory."""
+
+    steps: int
+    capture_bs: list[int]
+    graph_gb: float
+
+
 @dataclasses.dataclass
 class MemoryPlan:
     """Per-GPU memory and capacity as SGLang would size them; ``error`` is set when startup must fail."""
@@ -230,10 +264,14 @@ class MemoryPlan:
     max_running_requests: int = 0
     capped_by: str | None = None
     capture_bs: list[int] = dataclasses.field(default_factory=list)
-    graph_gb: float = 0.0
+    graph_gb: float = 0.0  # the startup capture's (adaptive states: in adaptive_states)
     headroom_gb: float = 0.0
+    #: adaptive schedules: the runtime state built for each other candidate step, in build order
+    adaptive_states: list[AdaptiveState] = dataclasses.field(default_factory=list)
     error_phase: str | None = None
     error: str | None = None
+    #: the adaptive step whose runtime state fails to capture (None: the startup capture fails, if any)
+    error_step: int | None = None
 
     @property
     def available_after_load_gb(self) -> float:
@@ -373,20 +411,50 @@ def memory_plan(profile: Profile, cfg: Config) -> MemoryPlan:
         mrr, plan.capped_by = mamba_cap, "mamba"
     plan.max_running_requests = mrr
     if cfg.disable_cuda_graph:
+        if cfg.adaptive is not None:
+            _plan_adaptive_states(profile, cfg, plan, 0)
         return plan
     plan.capture_bs = capture_batch_sizes(cfg, graph_max_bs, mrr)
     # Static graph buffers are sized for the configured max batch; only batches that fit the pool are captured.
-    slots = graph_max_bs
-    per_slot_mb = mem.graph_verify_mb_per_token * cfg.width
-    if cfg.spec is not None:
-        per_slot_mb += mem.graph_tree_mb_per_node * cfg.spec.tree_nodes
-    plan.graph_gb = mem.graph_base_gb + slots * per_slot_mb / 1024
+    plan.graph_gb = mem.graph_base_gb + graph_max_bs * _graph_slot_mb(profile, cfg) / 1024
     plan.headroom_gb = pre_load * (1 - frac) - mem.activation_gb
     if plan.graph_gb > plan.headroom_gb:
         plan.error_phase = "graph"
         free = max(plan.headroom_gb - mem.graph_base_gb, 0.01)
         plan.error = _torch_oom(plan.graph_gb - plan.headroom_gb + 0.25, hw.gpu_memory_gb, free)
+        return plan
+    if cfg.adaptive is not None:
+        _plan_adaptive_states(profile, cfg, plan, graph_max_bs)
     return plan
+
+
+def _graph_slot_mb(profile: Profile, cfg: Config) -> float:
+    """CUDA-graph MiB per captured batch slot: verify tokens and draft-tree nodes."""
+    mem = profile.memory
+    per_slot_mb = mem.graph_verify_mb_per_token * cfg.width
+    if cfg.spec is not None:
+        per_slot_mb += mem.graph_tree_mb_per_node * cfg.spec.tree_nodes
+    return per_slot_mb
+
+
+def _plan_adaptive_states(profile: Profile, cfg: Config, plan: MemoryPlan, graph_max_bs: int) -> None:
+    """One runtime state per other candidate step, each capturing only the graph batch sizes that route to it;
+    the first that does not fit the headroom fails its capture."""
+    top = max(plan.capture_bs, default=0)
+    used = plan.graph_gb
+    for steps in cfg.adaptive.candidate_steps:
+        if steps == cfg.spec.steps:
+            continue
+        sizes = cfg.adaptive.graph_bs_for_step(steps, plan.capture_bs)
+        slots = graph_max_bs if top in sizes else max(sizes, default=0)
+        gb = slots * _graph_slot_mb(profile, cfg.at_steps(steps)) / 1024
+        if used + gb > plan.headroom_gb:
+            plan.error_phase, plan.error_step = "graph", steps
+            free = max(plan.headroom_gb - used, 0.01)
+            plan.error = _torch_oom(used + gb - plan.headroom_gb + 0.25, profile.hardware.gpu_memory_gb, free)
+            return
+        plan.adaptive_states.append(AdaptiveState(steps, sizes, gb))
+        used += gb
 
 
 def _size_mamba(profile: Profile, cfg: Config, plan: MemoryPlan, rest_bytes: float) -> tuple[float, int, str]:
@@ -398,7 +466,7 @@ def _size_mamba(profile: Profile, cfg: Config, plan: MemoryPlan, rest_bytes: flo
     ratio = 1 if cfg.disable_radix_cache else MAMBA_SLOTS_PER_REQUEST
     budget = rest_bytes * mem.mamba_full_memory_ratio / (1 + mem.mamba_full_memory_ratio)
     if cfg.spec is not None:
-        d = cfg.spec.draft
+        d = cfg.max_draft
         size = int((budget - per_req * (1 + d)) // (per_req * (1 + d / ratio)))
         requested = cfg.max_running_requests or SPEC_DEFAULT_MAX_RUNNING_REQUESTS
         capped = min(max(1, requested // cfg.dp), size // ratio)
@@ -451,6 +519,8 @@ def startup_seconds(profile: Profile, cfg: Config, plan: MemoryPlan) -> dict[str
     st = profile.startup
     graphs = 0 if cfg.disable_cuda_graph else len(plan.capture_bs)
     draft_graphs = 0 if cfg.spec is None else (2 if cfg.spec.steps > 1 else 1)
+    adaptive = sum(len(state.capture_bs) * (st.graph_capture_s_per_bs + st.draft_graph_capture_s_per_bs
+                                            * (2 if state.steps > 1 else 1)) for state in plan.adaptive_states)
     return {
         "init": st.init_s,
         "load_weight": profile.memory.weights_gb / st.load_gb_per_s,
@@ -459,6 +529,7 @@ def startup_seconds(profile: Profile, cfg: Config, plan: MemoryPlan) -> dict[str
         "target_graph": st.graph_capture_s_per_bs * graphs,
         "draft_graph": st.draft_graph_capture_s_per_bs * graphs,
         "draft_graphs": float(draft_graphs),
+        "adaptive_graphs": adaptive,
         "server_start": st.server_start_s,
         "warmup": 1.0,
     }
@@ -468,7 +539,7 @@ def startup_total(profile: Profile, cfg: Config, plan: MemoryPlan) -> float:
     """Seconds from launch to "fired up" at --sim-time-scale 1 (before generation of the warm-up request)."""
     s = startup_seconds(profile, cfg, plan)
     return (s["init"] + s["load_weight"] + s["draft_load_weight"] + s["kv_cache_allocation"] + s["target_graph"]
-            + s["draft_graph"] * s["draft_graphs"] + s["server_start"] + s["warmup"])
+            + s["draft_graph"] * s["draft_graphs"] + s["adaptive_graphs"] + s["server_start"] + s["warmup"])
 
 
 # ------------------------------------------------------------------------------------------------ throughput

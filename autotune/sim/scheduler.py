@@ -16,7 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from autotune.sim import model
+from autotune.sim import adaptive, model
 from autotune.sim.faults import Faults
 from autotune.sim.metrics import Metrics
 from autotune.sim.profile import Profile
@@ -40,7 +40,6 @@ class Request:
     arrival: float = 0.0
     arrival_v: float = 0.0
     natural_length: int | None = None
-    accept_per_step: float = 0.0
     reach: list[float] = dataclasses.field(default_factory=list)
     rng: random.Random | None = None
     carry: float = 0.0
@@ -149,6 +148,17 @@ class Scheduler:
         self._reach_cache: dict[float, list[float]] = {}
         self._graph = True
         self._pending_new = 0
+        self._round_batch = 0
+        # adaptive speculative decoding: the controller, the live step and each step's config
+        self.controller: adaptive.Controller | None = None
+        self.steps = config.spec.steps if config.spec else 0
+        self._at_steps: dict[int, model.Config] = {}
+        self._reach_spec = config.spec
+        if config.adaptive is not None:
+            graph_bs = None if config.disable_cuda_graph else plan.capture_bs
+            self.controller = adaptive.Controller(config.adaptive, graph_bs, log.info)
+            self._at_steps = {s: config.at_steps(s) for s in config.adaptive.candidate_steps}
+            self._reach_spec = self._at_steps[max(self._at_steps)].spec
         self.reset_stats()
 
     # ------------------------------------------------------------------------------------------ public API
@@ -159,6 +169,7 @@ class Scheduler:
         self.num_generated_tokens = 0
         self.spec_accept_tokens = 0
         self.spec_correct_drafts = 0
+        self.spec_proposed_drafts = 0
         self.spec_forward_ct = 0
         self.spec_total_accept_tokens = 0
         self.spec_total_forward_ct = 0
@@ -173,6 +184,19 @@ class Scheduler:
         if self.config.spec is None or self.spec_total_forward_ct <= 0:
             return None
         return self.spec_total_accept_tokens / self.spec_total_forward_ct
+
+    @property
+    def live_config(self) -> model.Config:
+        """The config decoding runs with now: an adaptive server's live step, else the server's own."""
+        return self._at_steps.get(self.steps, self.config)
+
+    @property
+    def spec_accept_length_so_far(self) -> float | None:
+        """Accepted tokens per verify pass (bonus included) since the last reset, logged or not."""
+        passes = self.spec_total_forward_ct + self.spec_forward_ct
+        if self.config.spec is None or passes <= 0:
+            return None
+        return (self.spec_total_accept_tokens + self.spec_accept_tokens) / passes
 
     @property
     def idle(self) -> bool:
@@ -191,7 +215,6 @@ class Scheduler:
         reach = self._reach(req.temperature)
         factor = 1.0 + self.noise * _clipped_gauss(rng)
         req.reach = [min(1.0, r * factor) for r in reach]
-        req.accept_per_step = sum(req.reach)
         req.carry = rng.random()
         req.rng = rng
         if self.serving and self.faults.error_fraction and rng.random() < self.faults.error_fraction:
@@ -278,8 +301,7 @@ class Scheduler:
         batch: list[Request] = []
         budget = self.plan.chunked_prefill_size
         room = self.plan.max_total_num_tokens * self.config.dp - self.used_tokens()
-        reserve = max(self.config.spec.steps * self.config.spec.topk, self.config.spec.draft) * 2 \
-            if self.config.spec else 1
+        reserve = self.config.kv_reserve_tokens * 2 if self.config.spec else 1
         while self.waiting and len(self.running) + len(batch) < self.capacity and budget > 0:
             req = self.waiting[0]
             if req.arrival_v > start:
@@ -349,21 +371,36 @@ class Scheduler:
 
     def _decode_duration(self, batch: int) -> float:
         per_worker = max(1, math.ceil(batch / self.config.dp))
+        self._round_batch = per_worker
+        if self.controller is not None:
+            self._activate(self.controller.steps_for_batch(per_worker))
         context = self.used_tokens() / self.config.dp
-        self._graph = model.graph_ok(self.plan, self.config, per_worker)
-        return model.step_ms(self.profile, self.config, per_worker, int(context), self._graph) * self._jitter()
+        cfg = self.live_config
+        self._graph = model.graph_ok(self.plan, cfg, per_worker)
+        return model.step_ms(self.profile, cfg, per_worker, int(context), self._graph) * self._jitter()
+
+    def _activate(self, steps: int) -> None:
+        """Swap the adaptive runtime state to ``steps`` (SGLang logs every switch)."""
+        if steps == self.steps:
+            return
+        self.log.info(f"Switch adaptive runtime state: steps {self.steps} -> {steps}, "
+                      f"draft_tokens {self.steps + 1} -> {steps + 1}")
+        self.steps = steps
 
     def _finish_decode(self, end: float) -> None:
         now = self.clock.wall(end)
-        spec = self.config.spec
+        spec = self.live_config.spec
         batch, used = len(self.running), self.used_tokens()
+        verified: list[int] = []
         for req in list(self.running):
             if spec is not None:
-                accepted = self._accepted(req)
+                accepted = self._accepted(req, spec.steps)
+                verified.append(accepted)
                 req.verify_ct += 1
                 req.correct_drafts += accepted
                 self.spec_accept_tokens += 1 + accepted
                 self.spec_correct_drafts += accepted
+                self.spec_proposed_drafts += spec.draft - 1
                 self.spec_forward_ct += 1
                 count = 1 + accepted
             else:
@@ -371,6 +408,8 @@ class Scheduler:
             self._emit(req, count, now)
             if req.finished:
                 self.running.remove(req)
+        if self.controller is not None:
+            self._verify_complete(verified)
         self.forward_ct_decode += 1
         if self.forward_ct_decode % self.decode_log_interval == 0:
             self._decode_log(now, batch, used)
@@ -460,40 +499,54 @@ class Scheduler:
         self.last_gen_throughput = self.num_generated_tokens / gap if gap > 0 else 0.0
         self.num_generated_tokens = 0
         msg = f"Decode batch, #running-req: {batch}, {self._usage_parts(used, batch)}"
-        spec = self.config.spec
-        if spec is not None:
+        if self.config.spec is not None:
             length = self.spec_accept_tokens / self.spec_forward_ct if self.spec_forward_ct else 0.0
-            proposed = self.spec_forward_ct * (spec.draft - 1)
+            proposed = self.spec_proposed_drafts
             rate = self.spec_correct_drafts / proposed if proposed else 0.0
             self.spec_total_accept_tokens += self.spec_accept_tokens
             self.spec_total_forward_ct += self.spec_forward_ct
-            self.spec_accept_tokens = self.spec_correct_drafts = self.spec_forward_ct = 0
+            self.spec_accept_tokens = self.spec_correct_drafts = self.spec_forward_ct = self.spec_proposed_drafts = 0
             self.last_accept_length, self.last_accept_rate = length, rate
             msg += f"accept len: {length:.2f}, accept rate: {rate:.2f}, "
         msg += (f"cuda graph: {self._graph}, gen throughput (token/s): {self.last_gen_throughput:.2f}, "
                 f"#queue-req: {len(self.waiting)}")
         self.log.info(msg)
+        live = self.live_config.spec
         self.metrics.update_gauges(len(self.running), len(self.waiting), self.used_tokens(),
-                                   self.last_gen_throughput, self.last_accept_length, self.last_accept_rate)
+                                   self.last_gen_throughput, self.last_accept_length, self.last_accept_rate,
+                                   live.steps if live else 0, live.draft if live else 0)
 
     # ---------------------------------------------------------------------------------------------- model
 
     def _reach(self, temperature: float) -> list[float]:
         key = round(max(temperature, 0.0), 3)
         if key not in self._reach_cache:
-            self._reach_cache[key] = model.reach_probabilities(self.profile, self.config.spec, key)
+            self._reach_cache[key] = model.reach_probabilities(self.profile, self._reach_spec, key)
         return self._reach_cache[key]
 
-    def _accepted(self, req: Request) -> int:
-        """Draft tokens accepted this step: drawn from the depth-reach probabilities, or, with noise off,
-        exactly the expected number spread over steps (so timing follows the model precisely)."""
+    def _accepted(self, req: Request, steps: int) -> int:
+        """Draft tokens accepted this step with a chain of ``steps`` (a tree's reach has one entry per step):
+        drawn from the depth-reach probabilities, or, with noise off, exactly the expected number spread over
+        steps (so timing follows the model precisely)."""
+        reach = req.reach[:steps]
         if self.noise > 0:
             u = req.rng.random()
-            return sum(1 for r in req.reach if u < r)
-        req.carry += req.accept_per_step
+            return sum(1 for r in reach if u < r)
+        req.carry += sum(reach)
         accepted = int(req.carry)
         req.carry -= accepted
         return accepted
+
+    def _verify_complete(self, accepted: list[int]) -> None:
+        """Feed the round's accepted drafts to its slot; a schedule knob of the wrong type fails there, as in
+        SGLang's scheduler."""
+        try:
+            moved = self.controller.on_verify_complete(accepted, self._round_batch)
+        except (TypeError, ValueError, ZeroDivisionError) as e:
+            self.crash("running", f"{type(e).__name__}: {e}")
+            return
+        if moved is not None:
+            self._activate(moved)
 
     def _jitter(self) -> float:
         if self.noise <= 0:

@@ -57,6 +57,8 @@ def server_info(state: State) -> dict[str, Any]:
         last_gen_throughput=sched.last_gen_throughput,
         memory_usage=memory_usage(state),
     )
+    if sched.controller is not None:  # the live tier; the top level keeps the startup values
+        internal.update(speculative_num_steps=sched.steps, speculative_num_draft_tokens=sched.steps + 1)
     accept = sched.avg_spec_accept_length
     if accept is not None:
         internal["avg_spec_accept_length"] = accept
@@ -126,8 +128,9 @@ def meta_info(state: State, req: GenRequest, first: bool) -> dict[str, Any]:
         meta["e2e_latency"] = req.finish_time - req.arrival
         spec = state.resolved.config.spec
         if spec is not None and req.verify_ct > 0:
+            # the startup draft tokens, even when an adaptive server switched tiers (SGLang's tokenizer manager)
             proposed = req.verify_ct * (spec.draft - 1)
-            meta["spec_accept_rate"] = req.correct_drafts / proposed
+            meta["spec_accept_rate"] = req.correct_drafts / proposed if proposed else 0.0
             meta["spec_accept_length"] = req.completion_tokens / req.verify_ct
             meta["spec_num_correct_drafts"] = req.correct_drafts
             meta["spec_num_proposed_drafts"] = proposed

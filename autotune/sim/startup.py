@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> None:
     except ArgRuleError as e:
         pid = os.getpid()
         launcher.info(f"kill_process_tree called: parent_pid={pid}, include_parent=False, pid={pid}")
-        sys.stderr.write(logs.launcher_traceback(str(e)) + "\n")
+        sys.stderr.write(logs.launcher_traceback(str(e), e.frames) + "\n")
         sys.exit(1)
     # Imported only now: argument errors stay fast, like SGLang's parser (the HTTP stack loads in ~1 s).
     from autotune.sim.launch import Launch

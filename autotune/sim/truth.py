@@ -14,6 +14,8 @@ client that reacts at once:
   out; the figure is the output tokens emitted in the window that follows, over its length.
 
 Figures are at the server's speed, i.e. multiplied by ``--sim-speedup`` as the running emulator would serve them.
+An adaptive server (``--speculative-adaptive``) is driven the same way: its controller routes each decode batch and
+moves between steps inside the scheduler, so its truth comes from the code path that serves it.
 """
 from __future__ import annotations
 
@@ -64,7 +66,10 @@ class VirtualClock(Clock):
 
 @dataclass(frozen=True)
 class Truth:
-    """Noise-free figures of one config for one workload (tok/s at the emulator's --sim-speedup)."""
+    """Noise-free figures of one config for one workload (tok/s at the emulator's --sim-speedup).
+
+    ``accept_length`` is the model's expectation for a fixed config; for an adaptive server, whose steps move with
+    the load and its controller, the mean accept length its single stream saw."""
 
     single_tok_s: float
     level_tok_s: dict[int, float]
@@ -102,8 +107,10 @@ def figures(argv: list[str], prompt_lengths: list[int], max_tokens: int, levels:
     length = model.accept_length(scheduler.profile, spec, temperature)
     if plan.error is not None:
         return Truth(0.0, {c: 0.0 for c in levels}, length, plan.max_running_requests, False, plan.error)
-    single = _single(server(argv, seed)[:2], _Prompts(prompt_lengths, seed), max_tokens, temperature,
-                     runs.single_requests)
+    alone = server(argv, seed)[:2]
+    single = _single(alone, _Prompts(prompt_lengths, seed), max_tokens, temperature, runs.single_requests)
+    if scheduler.controller is not None:  # the steps it runs are the controller's: what the single stream saw
+        length = alone[0].spec_accept_length_so_far or length
     level = {c: _closed_loop(server(argv, seed + c)[:2], _Prompts(prompt_lengths, seed + c), max_tokens, c,
                              runs.window_turns, temperature) for c in sorted(set(levels)) if c > 1}
     if 1 in levels:

@@ -44,7 +44,8 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autotune.bench.generator import local, template  # noqa: E402
+from autotune.bench.generator import template  # noqa: E402
+from autotune.targets.measuring import local  # noqa: E402
 from autotune.bench.measure import Bench  # noqa: E402
 from autotune.bench.workload import PromptStream, load_prompts  # noqa: E402
 from autotune.engines import get_engine  # noqa: E402

@@ -25,11 +25,18 @@ def _sources() -> dict[str, tuple[Path, str]]:
     return {_module(p): (p, p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(name: str, path: Path, text: str, modules: set[str]) -> set[str]:
-    """Every autotune module ``name`` imports, wherever the import statement stands (in a function too)."""
+def _imports(name: str, path: Path, text: str, modules: set[str], typing: bool = True) -> set[str]:
+    """Every autotune module ``name`` imports, wherever the import statement stands (in a function too; under
+    ``if TYPE_CHECKING:`` only with ``typing``)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+    tree = ast.parse(text)
+    skip = set() if typing else {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
+                                 and getattr(block.test, "id", None) == "TYPE_CHECKING"
+                                 for stmt in block.body for n in ast.walk(stmt)}
     found = set()
-    for node in ast.walk(ast.parse(text)):
+    for node in ast.walk(tree):
+        if id(node) in skip:
+            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -44,10 +51,7 @@ def _imports(name: str, path: Path, text: str, modules: set[str]) -> set[str]:
     return found
 
 
-def test_no_import_cycles() -> None:
-    sources = _sources()
-    graph = {name: _imports(name, path, text, set(sources)) for name, (path, text) in sources.items()}
-    # a package imports its own modules to re-export them; importing the package is then importing those
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     state: dict[str, int] = {}
     cycles: list[list[str]] = []
 
@@ -63,7 +67,30 @@ def test_no_import_cycles() -> None:
     for start in sorted(graph):
         if start not in state:
             visit(start, [start])
+    return cycles
+
+
+def test_no_import_cycles() -> None:
+    sources = _sources()
+    # a package imports its own modules to re-export them; importing the package is then importing those
+    cycles = _cycles({name: _imports(name, path, text, set(sources)) for name, (path, text) in sources.items()})
     assert not cycles, "import cycles: " + "; ".join(" -> ".join(c) for c in cycles)
+
+
+def test_no_cycles_between_the_packages_modules_and_folders() -> None:
+    """The layers ARCHITECTURE.md draws: a folder (bench/, targets/, ...) counts as one node, so two folders never
+    import each other, whichever of their modules the imports go through (type-only imports aside)."""
+    sources = _sources()
+
+    def node(module: str) -> str:
+        return ".".join(module.split(".")[:2])
+
+    graph: dict[str, set[str]] = {}
+    for name, (path, text) in sources.items():
+        graph.setdefault(node(name), set()).update(
+            node(m) for m in _imports(name, path, text, set(sources), typing=False) if node(m) != node(name))
+    cycles = _cycles(graph)
+    assert not cycles, "cycles between modules and folders: " + "; ".join(" -> ".join(c) for c in cycles)
 
 
 def test_only_record_reads_or_writes_user_attrs() -> None:

@@ -13,7 +13,7 @@ import pytest
 from autotune import client_limit, queue, results
 from autotune.record import write
 from autotune.bench.client import RequestRecord
-from autotune.bench.generator import Generator, LocalProcess
+from autotune.targets.measuring import Generator, LocalProcess
 from autotune.bench.measure import Bench, LevelResult
 from autotune.bench.workload import load_prompts
 from autotune.engines import get_engine

@@ -1,93 +1,26 @@
-"""Where a concurrency level's load generator runs, and its requests coming back as records.
+"""A concurrency level's job for the load generator, and its requests coming back as records.
 
-A level runs in the program ``autotune/targets/programs/loadgen.py``: on this machine as a child process
-(``Local``), or on the target host itself (``autotune.targets.measuring``), so the same code generates the load
-wherever it runs. It is given a job (the server's address, the request body's template, prompts, the level's
-concurrency and window, the lead that makes up for the round trip) and hands back every request as it arrived:
-slot, start, token trace and the raw JSON of its last event, which the engine reads here (``to_record``).
+A level runs in the program ``autotune/targets/programs/loadgen.py``, on this machine or on the target host
+(``autotune.targets.measuring`` says where), so the same code generates the load wherever it runs. It is given a job
+(the server's address, the request body's template, prompts, the level's concurrency and window, the lead that makes
+up for the round trip) and hands back every request as it arrived: slot, start, token trace and the raw JSON of its
+last event, which the engine reads here (``to_record``).
 """
 from __future__ import annotations
 
 import contextlib
 import json
-import os
-import subprocess
-import sys
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
 from autotune.bench.client import RequestRecord
 from autotune.engines import Engine, StreamUpdate
 from autotune.errors import TrialFailure
-from autotune.targets.programs import source
+from autotune.targets.measuring import Generator
 
 #: stand-ins in a request body, replaced by each request's prompt and size
 PROMPT_MARK = "\x00autotune-prompt\x00"
 TOKENS_MARK = 987654321
-
-
-class Process(Protocol):
-    """A running load generator: its stdin and stdout."""
-
-    def send(self, data: bytes) -> None: ...
-    def read(self) -> bytes: ...                # blocking; b"" once its output ended
-    def close_input(self) -> None: ...
-    def kill(self) -> None: ...
-    def errors(self) -> str: ...                # what it wrote to stderr, once it ended
-
-
-@dataclass(frozen=True)
-class Generator:
-    """Where the load generator runs (``start``), and the server's address as seen from there."""
-
-    start: Callable[[], Process]
-    host: str
-    port: int
-    prefix: str = ""
-    where: str = "this machine"
-
-
-class LocalProcess:
-    def __init__(self) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", source("loadgen")], stdin=subprocess.PIPE,
-                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
-
-    def send(self, data: bytes) -> None:
-        assert self.proc.stdin is not None
-        self.proc.stdin.write(data)
-        self.proc.stdin.flush()
-
-    def read(self) -> bytes:
-        assert self.proc.stdout is not None
-        return os.read(self.proc.stdout.fileno(), 1 << 20)
-
-    def close_input(self) -> None:
-        assert self.proc.stdin is not None
-        with contextlib.suppress(OSError):
-            self.proc.stdin.close()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait()
-        if self.proc.stderr is not None and not self.proc.stderr.closed:
-            with contextlib.suppress(OSError, ValueError):
-                self._errors = self.proc.stderr.read().decode("utf-8", "replace")
-        for pipe in (self.proc.stdout, self.proc.stderr):
-            if pipe is not None:
-                pipe.close()
-
-    def errors(self) -> str:
-        return getattr(self, "_errors", "")
-
-
-def local(base_url: str) -> Generator:
-    """The load generator as a child process of this one, sending to ``base_url``."""
-    url = urlsplit(base_url)
-    return Generator(LocalProcess, url.hostname or "127.0.0.1", url.port or 80, url.path.rstrip("/"))
 
 
 def template(engine: Engine, temperature: float) -> list[str]:

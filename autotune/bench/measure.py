@@ -49,7 +49,8 @@ from typing import Any
 import httpx
 
 from autotune.bench.client import RequestRecord
-from autotune.bench.generator import Generator, Run, job, local, template, to_record, to_records
+from autotune.bench.generator import Run, job, template, to_record, to_records
+from autotune.targets.measuring import Generator, local
 from autotune.bench.stats import mean, percentile, relative_half_width
 from autotune.bench.workload import PromptStream
 from autotune.engines import Engine

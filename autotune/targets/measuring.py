@@ -1,4 +1,5 @@
-"""Where a target's concurrency levels are generated (``[workload] client``).
+"""Where a target's concurrency levels are generated (``[workload] client``), and the load generator's process
+there (``Generator``: started on demand, fed a job on its standard input, read on its standard output).
 
 * ``local``: on this machine, through the target's own way to the server (``Target.base_url``: for an SSH target
   with ``tunnel``, autotune's paramiko forward);
@@ -10,15 +11,84 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import subprocess
+import sys
 import threading
 import weakref
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+from urllib.parse import urlsplit
 
 import paramiko
 
-from autotune.bench.generator import Generator, local
 from autotune.targets.base import Target
 from autotune.targets.forward import OpenSSHForward
+from autotune.targets.programs import source
 from autotune.targets.remote import FIND_PYTHON, RemoteTarget, program_line
+
+
+class Process(Protocol):
+    """A running load generator: its stdin and stdout."""
+
+    def send(self, data: bytes) -> None: ...
+    def read(self) -> bytes: ...                # blocking; b"" once its output ended
+    def close_input(self) -> None: ...
+    def kill(self) -> None: ...
+    def errors(self) -> str: ...                # what it wrote to stderr, once it ended
+
+
+@dataclass(frozen=True)
+class Generator:
+    """Where the load generator runs (``start``), and the server's address as seen from there."""
+
+    start: Callable[[], Process]
+    host: str
+    port: int
+    prefix: str = ""
+    where: str = "this machine"
+
+
+class LocalProcess:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", source("loadgen")], stdin=subprocess.PIPE,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+
+    def send(self, data: bytes) -> None:
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(data)
+        self.proc.stdin.flush()
+
+    def read(self) -> bytes:
+        assert self.proc.stdout is not None
+        return os.read(self.proc.stdout.fileno(), 1 << 20)
+
+    def close_input(self) -> None:
+        assert self.proc.stdin is not None
+        with contextlib.suppress(OSError):
+            self.proc.stdin.close()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait()
+        if self.proc.stderr is not None and not self.proc.stderr.closed:
+            with contextlib.suppress(OSError, ValueError):
+                self._errors = self.proc.stderr.read().decode("utf-8", "replace")
+        for pipe in (self.proc.stdout, self.proc.stderr):
+            if pipe is not None:
+                pipe.close()
+
+    def errors(self) -> str:
+        return getattr(self, "_errors", "")
+
+
+def local(base_url: str) -> Generator:
+    """The load generator as a child process of this one, sending to ``base_url``."""
+    url = urlsplit(base_url)
+    return Generator(LocalProcess, url.hostname or "127.0.0.1", url.port or 80, url.path.rstrip("/"))
+
 
 #: the client ``auto`` picks for an SSH target (scripts/bench_measurement.py compares them)
 SSH_DEFAULT = "target"

@@ -25,6 +25,9 @@ window, one generation (c requests' time) each. Requests in flight together are 
 the spread of their latencies held the truth in only about half of the launches that checked it against the
 emulator's truth; batches of a generation did in 93-94%.
 
+A capacity objective (capacity.py) measures the same steady-state levels, but chooses them as it goes: it climbs
+the study's levels until one breaks the SLO, then bisects; later repeats measure the capacity load alone.
+
 A concurrency level runs in the load generator program (generator.py: one or more processes, on this machine or on
 the target host); its slots send each next request one round trip ahead of the end of the current one, so the
 server holds c requests whatever the way to it. The single stream runs here, on the same client.

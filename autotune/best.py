@@ -101,6 +101,49 @@ def per_concurrency(study: optuna.Study) -> list[dict[str, Any]]:
     return out
 
 
+def capacity_curves(study: optuna.Study) -> list[dict[str, Any]]:
+    """A capacity study's curves: every launch that measured one (its capacity, highest first), with the SLO, the
+    capacity load and its throughput, and each probed load's throughput, p99s and whether it met the SLO."""
+    recs = [TrialRecord.of(t) for t in study.get_trials(deepcopy=False)]
+    found = [r for r in recs if r.slo_capacity is not None and r.reused_from is None]
+    found.sort(key=lambda r: (-(r.slo_capacity or {}).get("output_tok_s", 0.0), r.number))
+    return [{"trial": r.number, "params": r.params, **(r.slo_capacity or {})} for r in found]
+
+
+def capacity_table(study: optuna.Study) -> list[str]:
+    """``capacity_curves`` as lines a person reads: one block per launch, one line per probed load."""
+    curves = capacity_curves(study)
+    if not curves:
+        return []
+    slo = curves[0]["slo"]
+    bounds = " and ".join(f"{name} p99 <= {slo[key]:g} ms" for name, key in (("TTFT", "ttft_p99_ms"),
+                                                                            ("ITL", "itl_p99_ms")) if slo[key])
+    lines = [f"capacity within the SLO ({bounds}), each launch's curve, most capacity first:"]
+    for c in curves:
+        config = ", ".join(f"{k}={v}" for k, v in c["params"].items()) or "the fixed args"
+        load = "none" if c["concurrency"] is None else f"c{c['concurrency']}{'' if c['below_top'] else '+'}"
+        lines.append(f"trial {c['trial']}: capacity {load}, {c['output_tok_s']:.1f} tok/s  ({config})")
+        lines.append(f"  {'load':>5}  {'output tok/s':>12}  {'TTFT p99 ms':>11}  {'ITL p99 ms':>10}  SLO")
+        for p in c["curve"]:
+            lines.append(f"  {'c' + str(p['concurrency']):>5}  {p['output_tok_s'] or 0.0:>12.1f}  "
+                         f"{_ms(p['ttft_ms_p99']):>11}  {_ms(p['itl_ms_p99']):>10}  "
+                         f"{'met' if p['meets_slo'] else 'broken'}")
+    return lines
+
+
+def capacity_line(rec: TrialRecord) -> str:
+    """'capacity c17 within the SLO: 5493.2 tok/s (loads probed: c4 c8 c16 c17 c18 c20x c24x)'."""
+    cap = rec.slo_capacity or {}
+    probed = " ".join(f"c{p['concurrency']}" + ("" if p["meets_slo"] else "x") for p in cap.get("curve", []))
+    load = "none" if cap.get("concurrency") is None else f"c{cap['concurrency']}{'' if cap['below_top'] else '+'}"
+    return (f"capacity {load} within the SLO: {cap.get('output_tok_s', 0.0):.1f} tok/s (loads probed: "
+            f"{probed}; x: broke it)")
+
+
+def _ms(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
+
+
 def per_concurrency_table(study: optuna.Study) -> list[str]:
     """The same as a table a person reads (also in the report's summary)."""
     rows = per_concurrency(study)
@@ -114,4 +157,5 @@ def per_concurrency_table(study: optuna.Study) -> list[str]:
         config = ", ".join(f"{k}={v}" for k, v in r["params"].items()) or "the fixed args"
         lines.append(f"{'c' + str(r['concurrency']):>5}  {r['trial']:>5}  {r['output_tok_s']:>12.1f}  "
                      f"{r['low']:>8.1f}-{r['high']:<8.1f}  {gain:>11}  {sure:<16}  {config}")
-    return lines
+    capacity = capacity_table(study)
+    return [*lines, "", *capacity] if capacity else lines

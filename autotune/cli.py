@@ -217,7 +217,9 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
         if fmt not in (None, "json"):
             raise click.UsageError("--per-concurrency prints a table or --json, not --format " + fmt)
         if as_json or fmt == "json":
-            _print_json(forms.per_concurrency(study))
+            curves = forms.capacity_curves(study)
+            _print_json({"levels": forms.per_concurrency(study), "capacity": curves} if curves
+                        else forms.per_concurrency(study))
         else:
             click.echo("\n".join(forms.per_concurrency_table(study)))
         return
@@ -232,6 +234,8 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
         import shlex
 
         click.echo(f"trial {rec.number}: {forms.estimate_text(rec, study)}")
+        if rec.slo_capacity is not None:
+            click.echo(forms.capacity_line(rec))
         for k, v in rec.params.items():
             click.echo(f"  {k} = {v}")
         click.echo(shlex.join(rec.command or []))

@@ -5,13 +5,16 @@ Objective modes:
   interactive user feels);
 - concurrent: steady-state output tok/s at the study's highest concurrency level (what a busy server delivers);
 - weighted: geometric mean of both, each relative to the baseline trial (1.10 = 10% better than today's config);
-- pareto: both, as two objectives (Optuna keeps the front).
+- pareto: both, as two objectives (Optuna keeps the front);
+- mix: each level's throughput relative to the baseline's, weighted by the level's share of the time;
+- capacity: output tok/s at the highest load found to meet the latency SLO of [constraints] (bench/capacity.py
+  probes it within one server start); 0 when not even the lowest load meets it.
 Constraints follow Optuna's convention: a value > 0 is violated. Every trial carries the same constraint keys.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from autotune.engines import ServerInfo
@@ -29,6 +32,7 @@ METRIC_NAMES = {
     "weighted": ["gain_vs_baseline"],
     "pareto": ["single_tok_s", "concurrent_tok_s"],
     "mix": ["mix_gain_vs_baseline"],
+    "capacity": ["capacity_tok_s"],
 }
 
 
@@ -74,6 +78,8 @@ def objective_values(mode: str, metrics: dict[str, Any], reference: dict[str, An
         return [sum(share * (levels.get(str(c)) or 0.0) / (refs.get(str(c)) or 1.0)
                     for c, share in (mix or {}).items())]
     s, c = metrics["single_tok_s"] or 0.0, metrics["concurrent_tok_s"] or 0.0
+    if mode == "capacity":
+        return [metrics.get("capacity_tok_s") or 0.0]
     if mode == "single":
         return [s]
     if mode == "concurrent":
@@ -144,6 +150,45 @@ def objective_bound(mode: str, levels: tuple[int, ...], concurrency: int, measur
     if single is None:
         return None
     return math.sqrt(max(single, 0.0) / s0 * max(concurrent, 0.0) / c0)
+
+
+def capacity_metrics(metrics: dict[str, Any], levels: Sequence[Mapping[str, Any]], load: int | None
+                     ) -> dict[str, Any]:
+    """A capacity measurement's flat figures: ``metrics_of``'s, with the capacity load and its throughput, and the
+    p99s the SLO constraints judge taken at that load (at the lowest load probed when none met the SLO, so that the
+    bound it broke is the one violated)."""
+    by_load = {lv["concurrency"]: lv for lv in levels}
+    at = by_load[load] if load is not None else levels[0]
+    return {**metrics, "capacity_concurrency": load,
+            "capacity_tok_s": at["output_tok_s"] if load is not None else 0.0,
+            "ttft_p99_ms": at.get("ttft_ms_p99") or 0.0, "itl_p99_ms": at.get("itl_ms_p99") or 0.0}
+
+
+def capacity_precision(levels: Sequence[Mapping[str, Any]], load: int | None) -> float | None:
+    """The relative half-width of the capacity's throughput interval (0 when there is no capacity to refine)."""
+    if load is None:
+        return 0.0
+    return next(lv.get("output_tok_s_rel_ci") for lv in levels if lv["concurrency"] == load)
+
+
+def capacity_bound(levels: Sequence[Mapping[str, Any]], meets: Callable[[Mapping[str, Any]], bool], top: int,
+                   max_running: int | None) -> float | None:
+    """The most a capacity measurement's objective can still be after the loads probed so far (``levels``): the
+    capacity lies below the lowest load that broke the SLO (or at most at ``top``, the ladder's top), and a load L
+    above the highest load g that met it serves at most min(L, mrr) times g's per-request rate (as for
+    ``objective_bound``), with the same margin; the capacity is g itself or such an L. None while no load has met
+    the SLO."""
+    judged = {lv["concurrency"]: (lv, meets(lv)) for lv in levels}
+    broke = [c for c, (_, ok) in judged.items() if not ok]
+    ceiling = min(broke) - 1 if broke else top
+    good = [c for c, (_, ok) in judged.items() if ok and c <= ceiling]
+    if not good:
+        return None
+    g = max(good)
+    running = max_running or ceiling
+    per_request = (judged[g][0]["output_tok_s"] or 0.0) / min(g, running)
+    reach = per_request * min(ceiling, running) * (1 + BOUND_MARGIN) if ceiling > g else 0.0
+    return max(judged[g][0]["output_tok_s"] or 0.0, reach)
 
 
 def constraint_keys(spec: ConstraintSpec) -> list[str]:

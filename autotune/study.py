@@ -30,7 +30,7 @@ SAMPLERS = ("tpe", "gp", "random", "grid")
 RANGES = ("engine", "fixed")
 #: how a model-based sampler's first configs after the baseline are chosen: the engine's starting points, or at random
 INITIAL_DESIGNS = ("engine", "random")
-OBJECTIVES = ("single", "concurrent", "weighted", "pareto", "mix")
+OBJECTIVES = ("single", "concurrent", "weighted", "pareto", "mix", "capacity")
 PARAM_TYPES = ("int", "float", "categorical")
 
 #: names are matched whole (``\A...\Z``): they reach file names, command lines and shells
@@ -131,6 +131,13 @@ class ConstraintSpec:
     max_itl_p99_ms: float | None = None
     max_error_rate: float = 0.0
 
+    @property
+    def slo(self) -> tuple[float | None, float | None] | None:
+        """(max TTFT p99, max ITL p99) in ms, or None when neither is set."""
+        if self.max_ttft_p99_ms is None and self.max_itl_p99_ms is None:
+            return None
+        return self.max_ttft_p99_ms, self.max_itl_p99_ms
+
 
 @dataclass(frozen=True)
 class HealthSpec:
@@ -193,8 +200,9 @@ class StudySpec:
     @property
     def levels(self) -> tuple[int, ...]:
         """The concurrency levels a trial measures: the workload's, and the single stream (1) whenever the objective
-        needs it (every objective but "concurrent")."""
-        single = (1,) if self.objective not in ("concurrent", "mix") else ()
+        needs it (every objective but "concurrent", "mix" and "capacity"; for "capacity" they are the ladder its
+        probes climb, bench/capacity.py)."""
+        single = (1,) if self.objective not in ("concurrent", "mix", "capacity") else ()
         return tuple(sorted({*single, *self.workload.concurrency}))
 
 
@@ -274,6 +282,9 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
         v.fail("workload", "mix", 'and objective = "mix" go together: the mix gives the load the objective weighs '
                                   '(e.g. mix = { 1 = 0.2, 8 = 0.5, 32 = 0.3 })')
     constraints = _constraints(data, v)
+    if objective == "capacity" and constraints.slo is None:
+        v.fail("constraints", "max_ttft_p99_ms", 'or max_itl_p99_ms is required with objective = "capacity": the '
+                                                 'SLO the capacity is measured within (e.g. max_ttft_p99_ms = 500)')
     health = _health(data, v)
     if sampler == "grid":
         for p in space:
@@ -508,10 +519,22 @@ def _constraints(data: dict[str, Any], v: Reader) -> ConstraintSpec:
     v.only(c, where, ("min_running_requests", "max_ttft_p99_ms", "max_itl_p99_ms", "max_error_rate"))
     return ConstraintSpec(
         min_running_requests=v.integer(c, where, "min_running_requests", None, low=1),
-        max_ttft_p99_ms=v.number(c, where, "max_ttft_p99_ms", None, low=0),
-        max_itl_p99_ms=v.number(c, where, "max_itl_p99_ms", None, low=0),
+        max_ttft_p99_ms=_milliseconds(c, v, "max_ttft_p99_ms"),
+        max_itl_p99_ms=_milliseconds(c, v, "max_itl_p99_ms"),
         max_error_rate=v.number(c, where, "max_error_rate", 0.0, low=0, high=1),
     )
+
+
+def _milliseconds(c: dict[str, Any], v: Reader, key: str) -> float | None:
+    """A latency bound: a positive, finite number of milliseconds (a bound of 0 no request could meet)."""
+    value = v.number(c, "constraints", key, None, high=MAX_LATENCY_MS)
+    if value is not None and value <= 0:
+        v.fail("constraints", key, f"must be a number of milliseconds above 0, got {value!r}")
+    return None if value is None else float(value)
+
+
+#: the largest latency bound, in ms (a day)
+MAX_LATENCY_MS = 86_400_000
 
 
 def _health(data: dict[str, Any], v: Reader) -> HealthSpec:

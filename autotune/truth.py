@@ -1,10 +1,16 @@
 """The truth for a study on the emulator (``autotune sim surface --study``): for every distinct config of its space,
 what a perfect client would measure with the study's own workload (prompts, max_tokens, concurrency levels), at the
 study's --sim-speedup, from the emulator's own scheduler on a virtual clock (autotune/sim/truth.py). Measurements
-are checked against it, and the benches' surrogate (trial/surrogate.py) adds noise to it instead of launching."""
+are checked against it, and the benches' surrogate (trial/surrogate.py) adds noise to it instead of launching.
+
+For a capacity study (objective "capacity") every config's row also states its capacity within the study's SLO:
+every ladder level's steady state on the virtual clock (sim/truth.py's closed loop, its TTFT and emission gaps per
+request), from the lowest up to the first that breaks the SLO, then every whole load between the highest that met
+it and that one, halved down to a single step: the highest load that meets the SLO, its throughput and p99s."""
 from __future__ import annotations
 
 import os
+import statistics
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -69,8 +75,23 @@ def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]
             found = list(pool.map(truth.figures, *jobs, chunksize=4))
     else:
         found = list(map(truth.figures, *jobs))
+    slo = spec.constraints.slo if spec.objective == "capacity" else None
+    capacities: list[dict[str, Any] | None] = [None] * n
+    if slo is not None:
+        speedup = truth.server(first)[2]
+        fitting = [i for i, fig in enumerate(found) if fig.fits]
+        cap_jobs = ([argvs[i] for i in fitting], [lengths] * len(fitting), [w.max_tokens] * len(fitting),
+                    [sorted(set(w.concurrency))] * len(fitting), [w.temperature] * len(fitting),
+                    [slo] * len(fitting), [speedup] * len(fitting), [runs] * len(fitting))
+        if len(fitting) > PARALLEL_FROM:
+            with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
+                caps = list(pool.map(capacity_truth, *cap_jobs, chunksize=1))
+        else:
+            caps = list(map(capacity_truth, *cap_jobs))
+        for i, cap in zip(fitting, caps, strict=True):
+            capacities[i] = cap
     rows = []
-    for (key, candidate), fig in zip(candidates.items(), found, strict=True):
+    for (key, candidate), fig, cap in zip(candidates.items(), found, capacities, strict=True):
         rows.append({
             "params": candidate.tuned(plan.space.names),
             "baseline": key == plan.baseline.key,
@@ -80,9 +101,50 @@ def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]
             "accept_length": round(fig.accept_length, 3),
             "max_running_requests": fig.max_running_requests,
             "fits": fig.fits,
+            **({"capacity": cap} if slo is not None else {}),
         })
     return {"study": spec.name, "speedup": truth.server(first)[2], "max_tokens": w.max_tokens,
             "prompt_tokens_mean": round(sum(lengths) / len(lengths), 1), "concurrency": levels, "configs": rows}
+
+
+def capacity_truth(argv: list[str], prompt_lengths: list[int], max_tokens: int, ladder: list[int],
+                   temperature: float, slo: tuple[float | None, float | None], speedup: float,
+                   runs: truth.Length = truth.FULL) -> dict[str, Any]:
+    """One config's capacity within ``slo`` (TTFT p99, ITL p99 in ms; None: unbounded) from the emulator's virtual
+    runs: the highest load that meets it (None: not even 1), its tok/s and p99s, and every load worked out."""
+    curve: dict[int, dict[str, Any]] = {}
+
+    def meets(c: int) -> bool:
+        if c not in curve:
+            run = truth.load(argv, prompt_lengths, max_tokens, c, temperature, runs=runs)
+            ttft, itl = _p99(run.ttft) * 1000 / speedup, _p99(run.itl) * 1000 / speedup
+            curve[c] = {"concurrency": c, "output_tok_s": round(run.tok_s * speedup, 2), "ttft_ms_p99": round(ttft, 3),
+                        "itl_ms_p99": round(itl, 3),
+                        "meets_slo": all(b is None or x <= b for b, x in zip(slo, (ttft, itl), strict=True))}
+        return curve[c]["meets_slo"]
+    good, bad = 0, None
+    for c in ladder:
+        if not meets(c):
+            bad = c
+            break
+        good = c
+    while bad is not None and bad - good > 1:
+        mid = (good + bad) // 2
+        if meets(mid):
+            good = mid
+        else:
+            bad = mid
+    at = curve.get(good, {})
+    return {"concurrency": good or None, "output_tok_s": at.get("output_tok_s", 0.0),
+            "ttft_ms_p99": at.get("ttft_ms_p99"), "itl_ms_p99": at.get("itl_ms_p99"),
+            "below_top": bad is not None, "curve": [curve[c] for c in sorted(curve)]}
+
+
+def _p99(values: list[float]) -> float:
+    """The 99th percentile, interpolated between the closest ranks."""
+    if len(values) < 2:
+        return values[0] if values else 0.0
+    return statistics.quantiles(values, n=100, method="inclusive")[98]
 
 
 def by_key(plan: Plan, surface: dict[str, Any]) -> dict[str, ConfigTruth]:
@@ -97,21 +159,35 @@ def by_key(plan: Plan, surface: dict[str, Any]) -> dict[str, ConfigTruth]:
 
 
 def format_study_table(result: dict[str, Any]) -> str:
-    """A readable table of ``study_surface``: tok/s per level, the best of each level marked."""
+    """A readable table of ``study_surface``: tok/s per level, the best of each level marked; for a capacity study
+    each config's capacity (the highest load within the SLO, and its tok/s), the highest marked."""
     rows, levels = result["configs"], [str(c) for c in result["concurrency"]]
     fitting = [r for r in rows if r["fits"]]
     best = {c: max(fitting, key=lambda r: r["level_tok_s"][c], default=None) for c in levels}
+    capacity = bool(rows) and "capacity" in rows[0]
+    top = max(fitting, key=lambda r: r["capacity"]["output_tok_s"], default=None) if capacity else None
     names = list(rows[0]["params"]) if rows else []
     widths = [max(len(n), 6) for n in names]
     lines = [f"study {result['study']}: truth at --sim-speedup {result['speedup']:g}, max_tokens "
              f"{result['max_tokens']}, prompts of {result['prompt_tokens_mean']} tokens on average; "
              f"{len(rows)} configs, {len(fitting)} fit",
              " ".join(f"{n:>{w}}" for n, w in zip(names, widths, strict=True)) + " "
-             + " ".join(f"{'c' + c + ' tok/s':>11}" for c in levels) + "  accept  max_run"]
+             + " ".join(f"{'c' + c + ' tok/s':>11}" for c in levels) + "  accept  max_run"
+             + ("  capacity (load, tok/s)" if capacity else "")]
     for r in rows:
         marks = "".join(f"  <- best c{c}" for c in levels if best[c] is r) + ("  (baseline)" if r["baseline"] else "")
         lines.append(" ".join(f"{v!s:>{w}}" for v, w in zip(r["params"].values(), widths, strict=True)) + " "
                      + " ".join(f"{r['level_tok_s'][c]:>11.1f}" for c in levels)
                      + f"  {r['accept_length']:>6.2f}  {r['max_running_requests']:>7}"
-                     + ("" if r["fits"] else "  does not fit") + marks)
+                     + (_capacity_cell(r) if capacity else "")
+                     + ("" if r["fits"] else "  does not fit") + marks
+                     + ("  <- most capacity" if top is r else ""))
     return "\n".join(lines)
+
+
+def _capacity_cell(row: dict[str, Any]) -> str:
+    cap = row.get("capacity")
+    if not cap or cap["concurrency"] is None:
+        return f"  {'none':>23}"
+    load = f"{cap['concurrency']}{'' if cap['below_top'] else '+'}"
+    return f"  {load:>9} {cap['output_tok_s']:>13.1f}"

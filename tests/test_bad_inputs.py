@@ -408,7 +408,25 @@ CASES: dict[str, Case] = {
     "min_running_requests": Case(VALID + "[constraints]\nmin_running_requests = 0\n",
                                  pattern=r"\[constraints\] min_running_requests: must be at least 1"),
     "max_ttft negative": Case(VALID + "[constraints]\nmax_ttft_p99_ms = -1\n",
-                              pattern=r"\[constraints\] max_ttft_p99_ms: must be at least 0"),
+                              pattern=r"\[constraints\] max_ttft_p99_ms: must be a number of milliseconds above 0"),
+    "capacity without an SLO": Case(study_key('objective = "capacity"'),
+                                    pattern=r"\[constraints\] max_ttft_p99_ms: or max_itl_p99_ms is required with "
+                                            r"objective = \"capacity\""),
+    "capacity with only other constraints": Case(study_key('objective = "capacity"') + "[constraints]\n"
+                                                 "min_running_requests = 4\n",
+                                                 pattern=r"\[constraints\] max_ttft_p99_ms: or max_itl_p99_ms is "
+                                                         r"required"),
+    "capacity SLO zero": Case(study_key('objective = "capacity"') + "[constraints]\nmax_ttft_p99_ms = 0\n",
+                              pattern=r"\[constraints\] max_ttft_p99_ms: must be a number of milliseconds above 0, "
+                                      r"got 0"),
+    "capacity ITL SLO negative": Case(study_key('objective = "capacity"') + "[constraints]\nmax_itl_p99_ms = -2.5\n",
+                                      pattern=r"\[constraints\] max_itl_p99_ms: must be a number of milliseconds "
+                                              r"above 0, got -2\.5"),
+    "capacity ITL SLO text": Case(study_key('objective = "capacity"') + '[constraints]\nmax_itl_p99_ms = "50ms"\n',
+                                  pattern=r"\[constraints\] max_itl_p99_ms: must be a number, got '50ms'"),
+    "capacity with a mix": Case(study_key('objective = "capacity"') + "[workload]\nmix = { 8 = 1 }\n"
+                                "[constraints]\nmax_ttft_p99_ms = 500\n",
+                                pattern=r"\[workload\] mix: and objective = \"mix\" go together"),
     "max_error_rate": Case(VALID + "[constraints]\nmax_error_rate = 2\n",
                            pattern=r"\[constraints\] max_error_rate: must be from 0 to 1"),
     "health interval": Case(VALID + "[health]\ninterval = 5\n", pattern=r"\[health\] interval: must be from 0\.25"),

@@ -25,6 +25,9 @@ window, one generation (c requests' time) each. Requests in flight together are 
 the spread of their latencies held the truth in only about half of the launches that checked it against the
 emulator's truth; batches of a generation did in 93-94%.
 
+A capacity objective (capacity.py) measures the same steady-state levels, but chooses them as it goes: it climbs
+the study's levels until one breaks the SLO, then bisects; later repeats measure the capacity load alone.
+
 A concurrency level runs in the load generator program (generator.py: one or more processes, on this machine or on
 the target host); its slots send each next request one round trip ahead of the end of the current one, so the
 server holds c requests whatever the way to it. The single stream runs here, on the same client.
@@ -43,11 +46,13 @@ import math
 import statistics
 import time
 from collections.abc import Callable
+from collections.abc import Generator as Generator_
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx
 
+from autotune.bench.capacity import Ladder
 from autotune.bench.client import RequestRecord
 from autotune.bench.generator import Run, job, template, to_record, to_records
 from autotune.targets.measuring import Generator, local
@@ -212,7 +217,8 @@ class Measurement:
 
     @property
     def concurrencies(self) -> list[int]:
-        return [lv.concurrency for lv in self.repeats[0]] if self.repeats else []
+        """The levels measured, lowest first."""
+        return sorted({lv.concurrency for rep in self.repeats for lv in rep})
 
     def level(self, concurrency: int) -> list[LevelResult]:
         """That level's result in every repeat."""
@@ -288,12 +294,14 @@ class Bench:
         levels: tuple[int, ...] | None = None,
         load: Generator | None = None,
         processes: int | None = None,
+        ladder: Ladder | None = None,
     ) -> None:
         """``check`` raises ``TrialFailure`` if the server died (it is polled while requests run); a level whose
         share of failed requests exceeds ``max_error_rate`` fails the measurement. ``levels``: the concurrency levels
         to measure (default: the single stream and the workload's). ``load``: where the concurrency levels' load
         generator runs (default: on this machine, sending to ``base_url``); ``processes`` its worker processes
-        (default: the workload's; 0: what the machine can spare)."""
+        (default: the workload's; 0: what the machine can spare). ``ladder``: measure a capacity instead, climbing
+        and narrowing the load as it says (capacity.py); later repeats measure the capacity load alone."""
         self.base_url = base_url
         self.engine = engine
         self.workload = workload
@@ -303,6 +311,7 @@ class Bench:
         self.should_stop = should_stop
         self.max_error_rate = max_error_rate
         self.levels = sorted(levels or {1, *workload.concurrency})
+        self.ladder = ladder
         self.load = load or local(base_url)
         self.processes = workload.processes if processes is None else processes
         #: the most of the server's load the client may fall short by before figures are off by more than the
@@ -341,7 +350,10 @@ class Bench:
                 self._repeat = repeat
                 results: list[LevelResult] = []
                 m.repeats.append(results)
-                for step, c in enumerate(self.levels):
+                todo = self._levels(repeat)
+                step = 0
+                c = _following(todo, None)
+                while c is not None:
                     await self._flush()
                     level = LevelResult(c, [])
                     results.append(level)
@@ -353,6 +365,11 @@ class Bench:
                     self._judge_client(level)
                     if repeat == 0 and on_level is not None:
                         on_level(step, c, m)
+                    step += 1
+                    c = _following(todo, m if self.ladder is not None and repeat == 0 else None)
+                if not results:
+                    m.repeats.pop()
+                    break
                 if precision_of is not None:
                     m.precision = precision_of(m)
                 if repeat + 1 >= w.min_repeats and (precision_of is None or
@@ -361,6 +378,22 @@ class Bench:
         finally:
             client.close()
         return m
+
+    def _levels(self, repeat: int) -> Generator_[int, Measurement, None]:
+        """The levels of a repeat, in order: the study's; with a capacity ladder, its probes (each chosen from the
+        measurement sent back after the one before), then in later repeats the capacity load alone."""
+        ladder = self.ladder
+        if ladder is None:
+            yield from self.levels
+            return
+        if repeat > 0:
+            if ladder.capacity is not None:
+                yield ladder.capacity
+            return
+        load: int | None = ladder.first()
+        while load is not None:
+            m = yield load
+            load = ladder.next(load, m.summary(load))
 
     async def _flush(self) -> None:
         """Empty the prefix cache between levels where the engine can (prompts never repeat anyway)."""
@@ -519,6 +552,14 @@ class Bench:
         if share <= self.client_limit:
             return
         raise TrialFailure("client_bound", client_bound_detail(level, share, how, self.client_limit))
+
+
+def _following(levels: Generator_[int, Measurement, None], sent: Measurement | None) -> int | None:
+    """The next level of a repeat (``Bench._levels``), ``sent`` back to a capacity ladder; None: the repeat is done."""
+    try:
+        return levels.send(sent)  # type: ignore[arg-type]
+    except StopIteration:
+        return None
 
 
 def client_bound_detail(level: LevelResult, share: float, how: str, limit: float) -> str:

@@ -45,6 +45,8 @@ class TrialRecord:
     ready_s: float | None = None
     timings: dict[str, float] = field(default_factory=dict)
     capacity: dict[str, Any] | None = None
+    #: a capacity measurement (objective "capacity"): slo, concurrency, output_tok_s, curve
+    slo_capacity: dict[str, Any] | None = None
     metrics: dict[str, Any] = field(default_factory=dict)
     levels: list[dict[str, Any]] = field(default_factory=list)
     value_ci: list[float] | None = None
@@ -66,7 +68,8 @@ class TrialRecord:
             origin=a.get("origin"),
             worker=a.get("worker"), config=a.get("config"), config_key=a.get("config_key"),
             applied_key=a.get("applied_key"), command=a.get("command"), log=a.get("log"), ready_s=a.get("ready_s"),
-            timings=dict(a.get("timings") or {}), capacity=a.get("capacity"), metrics=dict(a.get("metrics") or {}),
+            timings=dict(a.get("timings") or {}), capacity=a.get("capacity"),
+            slo_capacity=a.get("slo_capacity"), metrics=dict(a.get("metrics") or {}),
             levels=list(a.get("levels") or []), value_ci=a.get("value_ci"), detail=a.get("detail"),
             stage=a.get("stage"), reused_from=_int(a.get("reused_from")),
             duration_s=t.duration.total_seconds() if t.duration else None,

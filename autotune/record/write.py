@@ -14,8 +14,8 @@ from autotune.record.read import ROLES
 from autotune.redact import mask, mask_argv, mask_mapping
 
 #: what a trial that reuses another's measurement copies from it
-_CARRIED = ("metrics", "levels", "capacity", "value_ci", "reason", "detail", "stage", "applied_key", "ready_s",
-            "command")
+_CARRIED = ("metrics", "levels", "capacity", "slo_capacity", "value_ci", "reason", "detail", "stage", "applied_key",
+            "ready_s", "command")
 #: the longest failure detail kept
 DETAIL_LIMIT = 500
 
@@ -58,6 +58,12 @@ def measured(trial: optuna.Trial, metrics: Mapping[str, Any], levels: list[dict[
     trial.set_user_attr("levels", levels)
     if value_ci is not None:
         trial.set_user_attr("value_ci", value_ci)
+
+
+def slo_capacity(trial: optuna.Trial, capacity: Mapping[str, Any]) -> None:
+    """A capacity measurement: the SLO, the highest load found to meet it and its throughput, and the curve (every
+    probed load's throughput and p99s, and whether it met the SLO)."""
+    trial.set_user_attr("slo_capacity", dict(capacity))
 
 
 def failed(trial: optuna.Trial, reason: str, detail: str, stage: str | None = None) -> None:

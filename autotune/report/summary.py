@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.best import per_concurrency
+from autotune.best import capacity_curves, per_concurrency
 from autotune import record, results
 from autotune.record import TrialRecord, rate_text
 from autotune.report.plots import PlotResult
@@ -225,6 +225,31 @@ def _per_concurrency(study: optuna.Study) -> list[str]:
     return [*lines, ""]
 
 
+def _capacity(study: optuna.Study) -> list[str]:
+    curves = capacity_curves(study)
+    if not curves:
+        return []
+    slo = curves[0]["slo"]
+    bounds = " and ".join(f"{name} p99 <= {slo[key]:g} ms" for name, key in (("TTFT", "ttft_p99_ms"),
+                                                                            ("ITL", "itl_p99_ms")) if slo[key])
+    lines = ["## Capacity within the SLO", "",
+             f"Each launch's capacity curve, most capacity first: the loads it probed within one server start, their "
+             f"throughput and p99s, and whether they met the SLO ({bounds}). The capacity is the highest load that "
+             "met it below the lowest that broke it (\"+\": no load of the ladder broke it).", ""]
+    for c in curves:
+        config = ", ".join(f"{k}={v}" for k, v in c["params"].items()) or "the fixed args"
+        load = "none" if c["concurrency"] is None else f"c{c['concurrency']}{'' if c['below_top'] else '+'}"
+        lines += [f"**Trial {c['trial']}** ({config}): capacity {load}, {c['output_tok_s']:.1f} tok/s", "",
+                  "| load | output tok/s | TTFT p99 ms | ITL p99 ms | SLO |", "|---|---:|---:|---:|---|"]
+        for p in c["curve"]:
+            ttft = "-" if p["ttft_ms_p99"] is None else f"{p['ttft_ms_p99']:.1f}"
+            itl = "-" if p["itl_ms_p99"] is None else f"{p['itl_ms_p99']:.1f}"
+            lines.append(f"| c{p['concurrency']} | {p['output_tok_s'] or 0.0:.1f} | {ttft} | {itl} | "
+                         f"{'met' if p['meets_slo'] else 'broken'} |")
+        lines.append("")
+    return lines
+
+
 def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[PlotResult] | None = None) -> str:
     trials = study.get_trials(deepcopy=False)
     recs = record.records(trials)
@@ -235,6 +260,7 @@ def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[Pl
     lines += _best(spec.name if spec else study.study_name, best, base, results.leader(study))
     lines += _baseline(base)
     lines += _per_concurrency(study)
+    lines += _capacity(study)
     lines += _top(study, recs)
     lines += _failures(study, recs)
     lines += _saved(recs)

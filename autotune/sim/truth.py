@@ -19,6 +19,7 @@ moves between steps inside the scheduler, so its truth comes from the code path 
 """
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 from dataclasses import dataclass
@@ -112,7 +113,7 @@ def figures(argv: list[str], prompt_lengths: list[int], max_tokens: int, levels:
     if scheduler.controller is not None:  # the steps it runs are the controller's: what the single stream saw
         length = alone[0].spec_accept_length_so_far or length
     level = {c: _closed_loop(server(argv, seed + c)[:2], _Prompts(prompt_lengths, seed + c), max_tokens, c,
-                             runs.window_turns, temperature) for c in sorted(set(levels)) if c > 1}
+                             runs.window_turns, temperature).tok_s for c in sorted(set(levels)) if c > 1}
     if 1 in levels:
         level[1] = single
     return Truth(single * speedup, {c: v * speedup for c, v in level.items()}, length, plan.max_running_requests,
@@ -153,19 +154,47 @@ def _single(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: 
     return tokens / seconds
 
 
+@dataclass(frozen=True)
+class Load:
+    """A closed loop's steady state at one concurrency (model seconds): output tok/s, and of the requests that
+    finished inside the window, each one's time to its first token and every gap between its token-carrying
+    emissions (a speculative step's accepted tokens leave in one emission: one gap)."""
+
+    tok_s: float
+    ttft: list[float]
+    itl: list[float]
+
+
+def load(argv: list[str], prompt_lengths: list[int], max_tokens: int, concurrency: int, temperature: float = 0.0,
+         seed: int = 0, runs: Length = FULL) -> Load:
+    """The steady state of the emulator started with ``argv`` under a closed loop of ``concurrency`` requests (1: one
+    request at a time, measured like any other load), its times in model seconds (divide by --sim-speedup for the
+    server's)."""
+    return _closed_loop(server(argv, seed + concurrency)[:2], _Prompts(prompt_lengths, seed + concurrency),
+                        max_tokens, concurrency, runs.window_turns, temperature)
+
+
 def _closed_loop(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: int, concurrency: int,
-                 turns: int, temperature: float) -> float:
+                 turns: int, temperature: float) -> Load:
     scheduler, clock = run
     ramp = []
     for i in range(concurrency):
         req = _request(prompts, max(1, round(max_tokens * (i + 1) / concurrency)), temperature)
         ramp.append(scheduler.submit(req))
     in_flight = list(ramp)
+    sent = {id(r): 0.0 for r in ramp}
+    emitted: dict[int, list[float]] = {id(r): [] for r in ramp}
     window_start: float | None = None
     tokens_at_start = 0
     finished_in_window = 0
+    ttft: list[float] = []
+    itl: list[float] = []
     while True:
+        before = {id(r): r.completion_tokens for r in in_flight}
         _advance(scheduler, clock)
+        for r in in_flight:
+            if r.completion_tokens > before[id(r)]:
+                emitted[id(r)].append(clock.now())
         done = [r for r in in_flight if r.finished]
         if not done:
             continue
@@ -173,12 +202,19 @@ def _closed_loop(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tok
             window_start, tokens_at_start = clock.now(), scheduler.total_generated
         elif window_start is not None:
             finished_in_window += len(done)
+            for r in done:
+                times = emitted[id(r)]
+                ttft.append(times[0] - sent[id(r)])
+                itl.extend(b - a for a, b in itertools.pairwise(times))
             if finished_in_window >= turns * concurrency:
-                return (scheduler.total_generated - tokens_at_start) / (clock.now() - window_start)
+                return Load((scheduler.total_generated - tokens_at_start) / (clock.now() - window_start), ttft, itl)
         end = clock.now()
         clock.t = end + REACTION
         in_flight = [r for r in in_flight if not r.finished]
-        in_flight += [scheduler.submit(_request(prompts, max_tokens, temperature)) for _ in done]
+        for _ in done:
+            req = scheduler.submit(_request(prompts, max_tokens, temperature))
+            sent[id(req)], emitted[id(req)] = clock.now(), []
+            in_flight.append(req)
         clock.t = end
 
 

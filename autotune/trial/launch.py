@@ -22,11 +22,13 @@ OnPhase = Callable[[str, str], None]
 @dataclass(frozen=True)
 class Measured:
     """What a launch measured: the flat figures, each level's summary (lowest concurrency first) and the relative
-    half-width of the objective's 95% interval (None: unknown)."""
+    half-width of the objective's 95% interval (None: unknown); a capacity measurement's SLO, load, throughput and
+    curve (``record.write.slo_capacity``)."""
 
     metrics: dict[str, Any]
     levels: list[dict[str, Any]]
     precision: float | None
+    capacity: dict[str, Any] | None = None
 
 
 class Launch(ABC):

@@ -27,12 +27,14 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import queue, record
+from autotune.bench.capacity import SLO
 from autotune.errors import TrialFailure
 from autotune.plan import Plan
 from autotune.progress import Phase
 from autotune.record import write
 from autotune.score import (
     RELATIVE,
+    capacity_bound,
     constraint_values,
     objective_bound,
     objective_values,
@@ -173,11 +175,15 @@ class Objective:
             return
         if reference is None and spec.objective in RELATIVE:
             return  # values are relative to the baseline, which another worker is still measuring
-        if concurrency == max(spec.levels):
+        if spec.objective == "capacity":
+            slo = SLO(*spec.constraints.slo)  # type: ignore[misc]
+            value = capacity_bound(levels, slo.meets, max(spec.levels), self._max_running)
+        elif concurrency == max(spec.levels):
             return  # measured to the end: the trial completes with its value, whatever it is
-        measured = {lv["concurrency"]: lv["output_tok_s"] for lv in levels}
-        value = objective_bound(spec.objective, spec.levels, concurrency, measured, reference, self._max_running,
-                                spec.workload.mix)
+        else:
+            measured = {lv["concurrency"]: lv["output_tok_s"] for lv in levels}
+            value = objective_bound(spec.objective, spec.levels, concurrency, measured, reference, self._max_running,
+                                    spec.workload.mix)
         if value is None:
             return
         trial.report(value, step)
@@ -201,6 +207,8 @@ class Objective:
         p = measured.precision
         ci = None if p is None else [values[0] * (1 - p), values[0] * (1 + p)]
         write.measured(trial, measured.metrics, measured.levels, ci)
+        if measured.capacity is not None:
+            write.slo_capacity(trial, measured.capacity)
 
     def _infeasible(self, trial: optuna.Trial, reason: str, detail: str, stage: str) -> float:
         for key, value in constraint_values(self.spec.constraints, None).items():

@@ -12,14 +12,15 @@ import optuna
 from optuna.artifacts import FileSystemArtifactStore
 
 from autotune.artifacts import upload_trial
-from autotune.bench.measure import Bench
+from autotune.bench.capacity import capacity_ladder, capacity_record
+from autotune.bench.measure import Bench, Measurement
 from autotune.bringup import bring_up
 from autotune.engines import ServerInfo
 from autotune.errors import TrialFailure
 from autotune.health import check_alive
 from autotune.plan import Plan
 from autotune.record import write
-from autotune.score import metrics_of, relative_precision
+from autotune.score import capacity_metrics, capacity_precision, metrics_of, relative_precision
 from autotune.space import Candidate
 from autotune.targets import Deployment, Target
 from autotune.targets.measuring import load_generator
@@ -70,19 +71,26 @@ class ServerLaunch(Launch):
         spec = self.plan.spec
         deployment = self.deployment
         assert deployment is not None
+        ladder = capacity_ladder(spec)
         self._bench = bench = Bench(
             deployment.base_url, self.plan.engine, spec.workload, self.plan.prompts, headers=self._headers,
             check=lambda: check_alive(deployment, self.plan.engine), should_stop=self.should_stop,
             seed=trial.number, max_error_rate=spec.constraints.max_error_rate, levels=spec.levels,
-            load=load_generator(self.target, deployment.base_url, spec.workload.client),
+            load=load_generator(self.target, deployment.base_url, spec.workload.client), ladder=ladder,
         )
+
+        def precision(m: Measurement) -> float | None:
+            if ladder is not None:
+                return capacity_precision(m.summaries(), ladder.capacity)
+            return relative_precision(spec.objective, m.summaries(), spec.workload.mix)
         with self._blamed():
-            m = bench.run(
-                on_level=lambda step, c, m: on_level(step, c, m.summaries()),
-                precision_of=lambda m: relative_precision(spec.objective, m.summaries(), spec.workload.mix),
-            )
+            m = bench.run(on_level=lambda step, c, m: on_level(step, c, m.summaries()), precision_of=precision)
         levels = m.summaries()
-        return Measured(metrics_of(levels, len(m.repeats), info), levels, m.precision)
+        metrics = metrics_of(levels, len(m.repeats), info)
+        if ladder is None:
+            return Measured(metrics, levels, m.precision)
+        return Measured(capacity_metrics(metrics, levels, ladder.capacity), levels, m.precision,
+                        capacity_record(ladder, levels))
 
     def finish(self, trial: optuna.Trial, candidate: Candidate) -> None:
         """Keep the server log of this start, the command (or unit) it ran and the raw request records."""

@@ -21,7 +21,7 @@ from typing import Any
 import optuna
 
 from autotune.engines import ServerInfo
-from autotune.errors import TrialFailure
+from autotune.errors import TrialFailure, UserError
 from autotune.plan import Plan
 from autotune.record import write
 from autotune.score import metrics_of, relative_precision
@@ -48,6 +48,9 @@ class SurrogateLaunch(Launch):
     target_name = "surrogate"
 
     def __init__(self, plan: Plan, truth: Mapping[str, ConfigTruth], noise: Noise, seed: int) -> None:
+        if plan.spec.objective == "capacity":
+            raise UserError(f"{plan.spec.path}: objective \"capacity\" is measured on a server: the surrogate has "
+                            "throughput figures but no latencies to judge the SLO by")
         self.plan = plan
         self.truth = truth
         self.noise = noise

@@ -86,13 +86,13 @@ class Objective:
         self.on_start()
         self._phase(trial, "suggest")
         space = self.plan.space
-        adaptive = record.is_adaptive(trial)
-        params = space.suggest(trial, only={} if adaptive else space.baseline_params() if baseline else None)
-        log.info("trial %d start: %s%s", trial.number, "the adaptive server" if adaptive
+        measures_adaptive = record.is_adaptive(trial)
+        params = space.suggest(trial, only={} if measures_adaptive else space.baseline_params() if baseline else None)
+        log.info("trial %d start: %s%s", trial.number, "the adaptive server" if measures_adaptive
                  else self.plan.engine.describe(params), " (baseline)" if baseline else "")
         confirmation = record.is_confirmation(trial)
         try:
-            schedule = self._schedule(trial) if adaptive else None
+            schedule = self._schedule(trial) if measures_adaptive else None
         except UserError as e:
             write.candidate(trial, params)
             return self._infeasible(trial, "invalid_config", str(e), stage="validate")
@@ -105,7 +105,8 @@ class Objective:
         # the tuned flags as the server runs them (the sampler's own parameters may be fill fractions); written
         # before any wait, so that a worker proposing the same config sees this trial as its twin. An adaptive
         # server records none: it is no point of the space
-        write.candidate(trial, {} if adaptive else candidate.tuned(space.names), candidate.args, candidate.key)
+        write.candidate(trial, {} if measures_adaptive else candidate.tuned(space.names), candidate.args,
+                        candidate.key)
         try:
             while decision.kind == "wait":
                 decision = self._wait_for_twin(trial, decision, params, confirmation)

@@ -77,15 +77,15 @@ high = 1
 type = "categorical"
 choices = [1, 2]
 [space.speculative-num-draft-tokens]
-type = "int"
-low = 2
-high = 4
+type = "categorical"
+choices = [2, 3, 4]
 """
 
 
 @pytest.mark.slow
 def test_invalid_and_duplicate_configs_cost_no_deployment(tmp_path: Path) -> None:
     # steps 1: topk 1 makes every draft count 2 (duplicates of the baseline); topk 2 allows at most 3 draft tokens
+    # (a choice no config here can run: an int range reaching 4 would be refused as a whole, a listed choice is not)
     # at twice the model's speed, not ten times: there the client fell behind at c4 now and then, even on an idle
     # machine (25-47% of a 48-token request's time outside the server, 25% allowed)
     study = write_study(tmp_path, sampler="grid", trials=7, space=GRID_SPACE, args={"sim-speedup": 2})

@@ -82,6 +82,18 @@ class Schedule:
     document: dict
     args: Args
     family_trial: int               # the trial whose config's family the chains share
+    family_steps: int               # that trial's chain: the best fixed chain by the objective
+
+    @property
+    def trials(self) -> list[int]:
+        """The trials whose measurements the slots hold."""
+        return sorted({n for slot in self.slots for e in slot.figures.values() for n in e.trials})
+
+    @property
+    def differs(self) -> bool:
+        """Whether the schedule runs anything but the best fixed chain (more than one slot, or another chain): only
+        then is an adaptive server worth a launch."""
+        return len(self.slots) > 1 or self.slots[0].steps != (self.family_steps,)
 
 
 @dataclass(frozen=True)
@@ -91,9 +103,11 @@ class _Chain:
     running: int | None             # the fewest max_running_requests any launch of it reported
 
 
-def build(study: optuna.Study, engine: Engine, tolerance: float, path: str = "adaptive.json") -> Schedule:
+def build(study: optuna.Study, engine: Engine, tolerance: float, path: str = "adaptive.json",
+          fixed: Args | None = None) -> Schedule:
     """The schedule for ``study``'s measurements (see the module docstring); UserError when the study has no chain
-    to build one from."""
+    to build one from. The deploy args are the family trial's recorded config, or with ``fixed`` (the study's fixed
+    args, secrets included) those with the family trial's tuned flags on top: what a tuner launches."""
     rules = engine.adaptive
     if rules is None:
         raise UserError(f"the {engine.kind} engine has no adaptive speculative mode")
@@ -121,9 +135,10 @@ def build(study: optuna.Study, engine: Engine, tolerance: float, path: str = "ad
         document = rules.document(plan)
     except ValueError as e:  # never written: the engine would refuse it
         raise UserError(f"study {study.study_name!r}: the schedule would be refused: {e}") from None
-    family = TrialRecord.of(study.get_trials(deepcopy=False)[family_trial]).config or {}
+    rec = TrialRecord.of(study.get_trials(deepcopy=False)[family_trial])
+    family = {**fixed, **rec.params} if fixed is not None else rec.config or {}
     return Schedule(slots, skipped, chains[deepest].running, deepest, tolerance, document,
-                    rules.deploy_args(family, plan, path), family_trial)
+                    rules.deploy_args(family, plan, path), family_trial, rules.chain_steps(rec.config or {}) or 0)
 
 
 def _slots(rules: AdaptiveRules, chains: dict[int, _Chain], measured: dict[int, dict[int, Estimate]], deepest: int,
@@ -168,7 +183,8 @@ def _chains(study: optuna.Study, rules: AdaptiveRules) -> tuple[int, dict[int, _
     running: dict[str, list[int]] = {}
     for t in study.get_trials(deepcopy=False):
         rec = TrialRecord.of(t)
-        if not rec.feasible or rec.reused_from is not None or not rec.config or rec.config_key is None:
+        if not rec.feasible or rec.reused_from is not None or not rec.config or rec.config_key is None \
+                or rec.adaptive:
             continue
         steps = rules.chain_steps(rec.config)
         if steps is None:
@@ -197,9 +213,14 @@ def _family_key(args: Args) -> str:
     return "\n".join(f"{k}={args[k]!r}" for k in sorted(args))
 
 
-def summary(schedule: Schedule, describe: Callable[[Args], str]) -> list[str]:
+def file_name(study: str, number: int) -> str:
+    """The schedule file of the adaptive server a study launches as trial ``number``."""
+    return f"{study}-adaptive-trial-{number:04d}.json"
+
+
+def summary(schedule: Schedule, describe: Callable[[Args], str] | None) -> list[str]:
     """What the schedule holds and why, for a person: one line per slot, the levels that add none, the deploy line
-    (``describe`` turns the deploy args into the server's command line)."""
+    (``describe`` turns the deploy args into the server's command line; None: no deploy line)."""
     limit = schedule.max_running_requests
     lines = [f"adaptive schedule from the chains of trial {schedule.family_trial}'s config, each within "
              f"{schedule.tolerance:.0%} of the best chain at its load:"]
@@ -218,5 +239,6 @@ def summary(schedule: Schedule, describe: Callable[[Args], str]) -> list[str]:
     if limit is not None:
         lines.append(f"the server runs at most {limit} requests at once (max_running_requests of the "
                      f"{schedule.deepest}-step chain: buffers are sized for the widest step)")
-    lines.append(f"deploy: {describe(schedule.args)}")
+    if describe is not None:
+        lines.append(f"deploy: {describe(schedule.args)}")
     return lines

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -32,8 +33,10 @@ def upload_trial(
     server_log: Path | None,
     launch: tuple[str, str] | None,
     records: list[dict[str, Any]] | None,
+    files: Sequence[tuple[str, str]] = (),
 ) -> None:
-    """Upload what a trial produced; failures to upload are logged, never raised (the trial's result matters more)."""
+    """Upload what a trial produced (``files``: the files its server read, as name and text); failures to upload
+    are logged, never raised (the trial's result matters more)."""
     prefix = f"trial-{trial.number:04d}"
     try:
         files_dir.mkdir(parents=True, exist_ok=True)
@@ -54,6 +57,10 @@ def upload_trial(
             path = files_dir / f"{prefix}.records.json"
             path.write_text(mask(json.dumps(records, indent=1)))
             uploads.append((path, "application/json"))
+        for name, text in files:
+            path = files_dir / f"{prefix}.{name}"
+            path.write_text(mask(text))
+            uploads.append((path, "application/json" if name.endswith(".json") else "text/plain"))
         for path, mimetype in uploads:
             upload_artifact(artifact_store=store, file_path=str(path), study_or_trial=trial, mimetype=mimetype)
     except Exception as e:  # an artifact is never worth a trial

@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 
 from autotune.redact import mask_mapping
-from autotune import results
+from autotune import adaptive_measured, results
 from autotune.errors import TrialFailure, UserError
 from autotune.record import TrialRecord
 from autotune.study import StudySpec
@@ -23,13 +23,18 @@ def best_record(study: optuna.Study) -> TrialRecord:
 
 
 def document(rec: TrialRecord, study: optuna.Study) -> dict[str, Any]:
-    """DESIGN.md's `best --json` shape, and the config's estimate pooled over its launches."""
+    """DESIGN.md's `best --json` shape, the config's estimate pooled over its launches, and (``adaptive``, only in a
+    study that measured an adaptive server) that server against it."""
     found = _estimate(rec, study)
     estimate = None if found is None else {"value": found.value, "low": found.low, "high": found.high,
                                            "launches": found.launches, "trials": list(found.trials)}
-    return {"number": rec.number, "params": rec.params,
-            "value": rec.values[0] if rec.values and len(rec.values) == 1 else None, "values": rec.values,
-            "metrics": rec.metrics, "command": rec.command, "estimate": estimate}
+    doc = {"number": rec.number, "params": rec.params,
+           "value": rec.values[0] if rec.values and len(rec.values) == 1 else None, "values": rec.values,
+           "metrics": rec.metrics, "command": rec.command, "estimate": estimate}
+    measured = adaptive_measured.compare(study)
+    if measured is not None:
+        doc["adaptive"] = adaptive_measured.document(measured)
+    return doc
 
 
 def _estimate(rec: TrialRecord, study: optuna.Study) -> results.Estimate | None:
@@ -158,4 +163,10 @@ def per_concurrency_table(study: optuna.Study) -> list[str]:
         lines.append(f"{'c' + str(r['concurrency']):>5}  {r['trial']:>5}  {r['output_tok_s']:>12.1f}  "
                      f"{r['low']:>8.1f}-{r['high']:<8.1f}  {gain:>11}  {sure:<16}  {config}")
     capacity = capacity_table(study)
-    return [*lines, "", *capacity] if capacity else lines
+    return [*lines, *(["", *capacity] if capacity else []), *adaptive_lines(study)]
+
+
+def adaptive_lines(study: optuna.Study) -> list[str]:
+    """The adaptive server against the best fixed config, after a blank line ([] when none was measured)."""
+    measured = adaptive_measured.compare(study)
+    return [] if measured is None else ["", *adaptive_measured.lines(measured)]

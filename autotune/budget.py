@@ -16,7 +16,7 @@ from types import TracebackType
 
 import optuna
 import sqlalchemy
-from optuna.trial import TrialState
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune import results
 
@@ -63,6 +63,17 @@ class AdmissionLock:
         self.release()
 
 
+def exhausted(study: optuna.Study, trials: list[FrozenTrial]) -> str | None:
+    """Why the search has nothing left to try (None: it has): the grid is done, or the sampler has proposed only
+    configs measured or rejected already for a while."""
+    if isinstance(study.sampler, optuna.samplers.GridSampler) and study.sampler.is_exhausted(study):
+        return "every config of the grid was tried"
+    if results.since_launch(trials) >= IDLE_TRIALS:
+        return (f"the last {IDLE_TRIALS} trials launched nothing (every config they proposed was measured or rejected "
+                "already): the space looks exhausted")
+    return None
+
+
 def standing(study: optuna.Study) -> tuple[int, int]:
     """(launches so far, trials running now) in the study, all workers together."""
     trials = study.get_trials(deepcopy=False)
@@ -75,18 +86,15 @@ def admit(study: optuna.Study, budget: int, heartbeats: bool) -> str:
     """Whether the study may start another trial (call it under the admission lock): "run"; "wait" while other
     workers run the last ones (one of them may die and its config come back: only with ``heartbeats``, without which
     a dead worker's trial cannot be told from a live one); or why to stop: "budget", "exhausted" (the grid is done,
-    or the sampler proposes only configs measured or rejected already)."""
+    or the sampler proposes only configs measured or rejected already, and no config waits in the queue)."""
     done, running = standing(study)
     if done >= budget:
         return "budget"
     trials = study.get_trials(deepcopy=False)
     waiting = any(t.state == TrialState.WAITING for t in trials)
-    if isinstance(study.sampler, optuna.samplers.GridSampler) and study.sampler.is_exhausted(study) and not waiting:
-        log.info("every config of the grid was tried")
-        return "exhausted"
-    if results.since_launch(trials) >= IDLE_TRIALS:
-        log.info("the last %d trials launched nothing (every config they proposed was measured or rejected "
-                 "already): the space looks exhausted", IDLE_TRIALS)
+    why = None if waiting else exhausted(study, trials)
+    if why is not None:
+        log.info("%s", why)
         return "exhausted"
     if done + running < budget:
         return "run"

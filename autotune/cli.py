@@ -182,7 +182,8 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
                      "trials": [r.as_row() for r in recs]})
         return
     for r in recs:
-        params = " ".join(f"{k}={v}" for k, v in r.params.items()) or "(fixed args)"
+        params = " ".join(f"{k}={v}" for k, v in r.params.items()) or ("(its schedule)" if r.adaptive
+                                                                        else "(fixed args)")
         how = (f"reuses trial {r.reused_from}" if r.reused_from is not None else
                f"{r.role}, from {r.origin}" if r.origin else r.role or "")
         tail = ", ".join(x for x in (r.figures_text(), r.reason or "", how, f"target {r.target}" if r.target else "")
@@ -239,6 +240,8 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
         for k, v in rec.params.items():
             click.echo(f"  {k} = {v}")
         click.echo(shlex.join(rec.command or []))
+        for line in forms.adaptive_lines(study):
+            click.echo(line)
 
 
 def _print_adaptive_schedule(spec: StudySpec, study: optuna.Study) -> None:

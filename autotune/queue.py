@@ -8,6 +8,9 @@
   towards the budget (results.launches). Each config is retried once; a stop request or a missing baseline always.
 * The tuner's own next config (search.propose: a neighbour of the leader, a confirmation), queued only while
   nothing else waits.
+* The adaptive server (``[study] adaptive``), once, as the study's last launch: queued when one launch of the budget
+  is left or the search has nothing left to try, if the schedule built from the measurements so far runs anything
+  but the best fixed chain (adaptive.py).
 """
 from __future__ import annotations
 
@@ -18,7 +21,8 @@ from collections.abc import Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import record, results
+from autotune import adaptive, budget, record, results
+from autotune.errors import UserError
 from autotune.engines import ArgValue
 from autotune.plan import Plan
 from autotune.record import TrialRecord
@@ -73,6 +77,29 @@ def queue_next(study: optuna.Study, plan: Plan, budget: int) -> Proposal | None:
     if proposal is not None:
         enqueue(study, proposal.params, proposal.role, proposal.origin)
     return proposal
+
+
+def queue_adaptive(study: optuna.Study, plan: Plan, launches: int) -> bool:
+    """Queue the adaptive server when it is due (see the module docstring; ``launches``: the budget); whether it
+    did. Call it under the admission lock, before ``budget.admit``."""
+    if not plan.spec.adaptive:
+        return False
+    trials = study.get_trials(deepcopy=False)
+    if any(record.is_adaptive(t) or t.state == TrialState.WAITING for t in trials):
+        return False
+    done, running = budget.standing(study)
+    if done + running >= launches or (done + running < launches - 1 and budget.exhausted(study, trials) is None):
+        return False
+    try:
+        schedule = adaptive.build(study, plan.engine, plan.spec.workload.tolerance)
+    except UserError:
+        return False
+    if not schedule.differs:
+        return False
+    enqueue(study, {}, "adaptive")
+    log.info("queued the adaptive server: schedule %s from trials %s", schedule.document,
+             ", ".join(map(str, schedule.trials)))
+    return True
 
 
 def should_retry(trial: optuna.Trial | FrozenTrial, reason: str | None) -> bool:

@@ -97,11 +97,13 @@ class Estimate:
         return self.high >= other.low and other.high >= self.low
 
 
-def estimates(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> dict[str, Estimate]:
+def estimates(study: optuna.Study, trials: list[FrozenTrial] | None = None,
+              adaptive: bool = False) -> dict[str, Estimate]:
     """Every feasible measured config's pooled estimate (of the objective; of the gain over the baseline on both
-    axes for pareto studies), by config key; over ``trials`` (default: the whole study)."""
+    axes for pareto studies), by config key; over ``trials`` (default: the whole study). The fixed configs only;
+    with ``adaptive`` the adaptive servers only."""
     grouped: dict[str, list[tuple[int, float, float]]] = {}
-    for t, rec in _measured(study.get_trials(deepcopy=False) if trials is None else trials):
+    for t, rec in _measured(study.get_trials(deepcopy=False) if trials is None else trials, adaptive):
         value = score(t, study)
         precision = UNKNOWN_PRECISION
         if rec.value_ci and len(t.values) == 1 and value:
@@ -110,12 +112,13 @@ def estimates(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> d
     return {key: _pool(key, runs) for key, runs in grouped.items()}
 
 
-def _measured(trials: list[FrozenTrial]) -> list[tuple[FrozenTrial, TrialRecord]]:
-    """The trials that measured their config themselves (feasible, not reused), with their records."""
+def _measured(trials: list[FrozenTrial], adaptive: bool = False) -> list[tuple[FrozenTrial, TrialRecord]]:
+    """The trials that measured their config themselves (feasible, not reused), with their records: the fixed
+    configs, or with ``adaptive`` the adaptive servers (never both: an adaptive server is no config to pick)."""
     out = []
     for t in trials:
         rec = TrialRecord.of(t)
-        if rec.feasible and rec.reused_from is None and rec.config_key is not None:
+        if rec.feasible and rec.reused_from is None and rec.config_key is not None and rec.adaptive == adaptive:
             out.append((t, rec))
     return out
 
@@ -133,10 +136,11 @@ def _pool(key: str, runs: list[tuple[int, float, float]]) -> Estimate:
     return Estimate(key, value, value - half, value + half, tuple(n for n, _, _ in runs))
 
 
-def level_estimates(study: optuna.Study, concurrency: int) -> dict[str, Estimate]:
-    """Every feasible measured config's output tok/s at one concurrency level, pooled over its launches."""
+def level_estimates(study: optuna.Study, concurrency: int, adaptive: bool = False) -> dict[str, Estimate]:
+    """Every feasible measured config's output tok/s at one concurrency level, pooled over its launches (with
+    ``adaptive``: every adaptive server's instead)."""
     grouped: dict[str, list[tuple[int, float, float]]] = {}
-    for t, rec in _measured(study.get_trials(deepcopy=False)):
+    for t, rec in _measured(study.get_trials(deepcopy=False), adaptive):
         figure = rec.level(concurrency).get("output_tok_s")
         if not figure:
             continue

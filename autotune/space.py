@@ -33,10 +33,20 @@ FILL = ".fill"
 
 
 @dataclass(frozen=True)
+class ServerFile:
+    """A file the server reads, named by a flag: the target places it and the flag gets its path there."""
+
+    flag: str
+    name: str                       # its file name, and the flag's value in the config (and key) until placed
+    text: str
+
+
+@dataclass(frozen=True)
 class Candidate:
     params: dict[str, ArgValue]     # the values the sampler chose (empty for a baseline without tuned flags)
     args: Args                      # every server flag, after the engine's rules
     key: str                        # Space.key(args): equal for configs the engine runs identically
+    files: tuple[ServerFile, ...] = ()
 
     def tuned(self, names: list[str]) -> dict[str, ArgValue]:
         """The effective values of the tuned flags (what the server must report back)."""
@@ -103,6 +113,11 @@ class Space:
         """The effective config for ``params``; raises ``InvalidConfig`` if the engine would reject it."""
         args = self.engine.resolve({**self.fixed, **params})
         return Candidate(params=dict(params), args=args, key=self.key(args))
+
+    def adaptive(self, args: Args, file: ServerFile) -> Candidate:
+        """The adaptive server that runs ``args`` (built on this space's fixed args) with its schedule ``file``."""
+        resolved = self.engine.resolve({**args, file.flag: file.name})
+        return Candidate(params={}, args=resolved, key=self.key(resolved), files=(file,))
 
     def baseline_params(self) -> dict[str, ArgValue]:
         """The study's fixed values of tuned flags that lie inside the space: the baseline's params for the

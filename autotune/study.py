@@ -17,7 +17,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     import tomli as tomllib
 
-from autotune.engines import ENGINES, ArgValue
+from autotune.engines import ENGINES, ArgValue, get_engine
 from autotune.errors import UserError
 from autotune.redact import MASK, is_secret, redact_url, remember, remember_url_password
 from autotune.tables import CONTROL, PLAIN_TOKEN, Reader
@@ -166,6 +166,8 @@ class StudySpec:
     text: str = field(repr=False, default="")
     ranges: str = "engine"
     initial_design: str = "engine"
+    #: whether the study measures the engine's adaptive speculative server built from its own measurements
+    adaptive: bool = False
     #: values named by reference whose environment variable is not set (commands that launch refuse to start)
     missing: tuple[str, ...] = ()
 
@@ -248,7 +250,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
 
     study = v.table(data, "study")
     v.only(study, "study", ("name", "storage", "launches", "trials", "sampler", "objective", "seed", "startup_trials",
-                            "pruning", "heartbeat", "ranges", "initial_design"))
+                            "pruning", "heartbeat", "ranges", "initial_design", "adaptive"))
     name = v.get(study, "study", "name", str, path.stem)
     if not STUDY_NAME.fullmatch(name):
         v.fail("study", "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
@@ -270,12 +272,15 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     initial_design = v.choice(study, "study", "initial_design", INITIAL_DESIGNS, "engine")
     pruning = v.get(study, "study", "pruning", bool, objective != "pareto")
     heartbeat = v.number(study, "study", "heartbeat", 10.0, low=1, high=600)
+    adaptive = v.get(study, "study", "adaptive", bool, False)
     if pruning and objective == "pareto":
         v.fail("study", "pruning",
                "is not available with objective = \"pareto\" (Optuna prunes single objectives only)")
 
     targets = _targets(data, v)
     engine = _engine(data, v, path)
+    if adaptive and get_engine(engine.kind).adaptive is None:
+        v.fail("study", "adaptive", f"the {engine.kind} engine has no adaptive speculative mode (allowed: false)")
     space = _space(data, v, engine)
     workload = _workload(data, v)
     if (objective == "mix") != bool(workload.mix):
@@ -298,7 +303,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
         name=name, path=path, storage=storage, trials=trials, sampler=sampler, objective=objective, seed=seed,
         startup_trials=startup_trials, pruning=pruning, heartbeat=heartbeat, targets=targets, engine=engine,
         space=space, workload=workload, constraints=constraints, health=health, text=text, ranges=ranges,
-        initial_design=initial_design, missing=tuple(v.missing),
+        initial_design=initial_design, adaptive=adaptive, missing=tuple(v.missing),
     )
 
 

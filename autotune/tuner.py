@@ -211,6 +211,7 @@ class Tuner:
             if self.deadline is not None and time.time() >= self.deadline:
                 return "deadline"
             with admission:
+                queue.queue_adaptive(study, self.plan, self.budget)
                 verdict = admit(study, self.budget, self.storage.get_heartbeat_interval() is not None)
                 if verdict != "run":
                     if verdict != "wait":
@@ -264,7 +265,8 @@ class Tuner:
             outcome = (rec.reason or t.state.name.lower()) + (f" ({rec.detail[:120]})" if rec.detail else "")
         tag = f" [{rec.role}{', from ' + rec.origin if rec.origin else ''}]" if rec.role else ""
         log.info("trial %d%s %s: %s -> %s | %s | %s", t.number, tag, t.state.name,
-                 self.plan.engine.describe(rec.params), outcome, best_text, counter)
+                 _schedule_text(rec) if rec.adaptive else self.plan.engine.describe(rec.params), outcome, best_text,
+                 counter)
         self._progress.update(study)
 
     # -- end of study ------------------------------------------------------------------------------------------
@@ -334,3 +336,9 @@ class Tuner:
         end = time.monotonic() + seconds
         while time.monotonic() < end and not self._stop_reason:
             time.sleep(0.2)
+
+
+def _schedule_text(rec: TrialRecord) -> str:
+    """An adaptive server in short: its steps by batch size."""
+    document = (rec.schedule or {}).get("document") or {}
+    return "steps by batch " + " ".join(f"{k}:{v.get('candidate_steps')}" for k, v in document.items())

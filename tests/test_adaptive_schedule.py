@@ -15,13 +15,13 @@ import httpx
 import optuna
 import pytest
 
-from autotune import adaptive
+from autotune import adaptive, adaptive_measured, results
 from autotune.record import write
 from autotune.engines import config_key, get_engine
 from autotune.errors import UserError
 from autotune.testing.ports import free_port
 from autotune.testing.studies import write_study
-from tests.support.cli import run_autotune, status
+from tests.support.cli import kept, run_autotune, status
 
 ENGINE = get_engine("sglang")
 BASE = {"model-path": "/m", "speculative-algorithm": "EAGLE"}
@@ -135,6 +135,35 @@ def test_no_chain_no_schedule():
         adaptive.build(study_of((chain(3, **{"enable-dp-attention": True}), {1: 100.0}, 1.0)), ENGINE, 0.03)
 
 
+def test_an_adaptive_server_is_compared_with_the_fixed_configs_never_ranked_among_them():
+    study = study_of((chain(7), {1: 500.0, 32: 2400.0}, 1.00), (chain(3), {1: 410.0, 32: 2790.0}, 1.05))
+    document = {"1": {"candidate_steps": [7]}, "2": {"candidate_steps": [3]}}
+    trial = study.ask()
+    trial.set_user_attr("adaptive", True)
+    write.schedule(trial, document, "s-adaptive-trial-0002.json", [0, 1], 1, [])
+    config = {**chain(5), "speculative-adaptive": True, "speculative-adaptive-config": "s-adaptive-trial-0002.json"}
+    write.candidate(trial, {}, config, config_key(config))
+    write.launched(trial, ENGINE.render(["autotune-sim"], config), "server.log")
+    write.measured(trial, {}, [{"concurrency": 1, "output_tok_s": 495.0, "output_tok_s_rel_ci": 0.01},
+                               {"concurrency": 32, "output_tok_s": 2780.0, "output_tok_s_rel_ci": 0.01}], None)
+    study.tell(trial, 1.2)
+    # faster on the objective than any fixed chain, yet no config to pick, nor a chain of a schedule
+    assert results.best(study).number == 1
+    assert [r.best.trials for r in results.per_concurrency(study)] == [(0,), (1,)]
+    assert adaptive.build(study, ENGINE, tolerance=0.03).trials == [0, 1]
+    c = adaptive_measured.compare(study)
+    assert (c.trial, c.fixed_trial, c.built_from, c.schedule) == (2, 1, [0, 1], document)
+    assert c.gain == pytest.approx(1.2 / 1.05 - 1) and c.verdict == "beat"
+    # at c1 against the best fixed config (3 steps): +20.7%, beyond both intervals; against the fastest fixed
+    # config there (7 steps) -1.0%, inside them
+    c1, c32 = c.levels
+    assert c1.against(c1.fixed) == (pytest.approx(495 / 410 - 1), "beat")
+    assert c1.best_here_trial == 0 and c1.against(c1.best_here) == (pytest.approx(495 / 500 - 1), "tie")
+    assert c32.against(c32.fixed) == (pytest.approx(2780 / 2790 - 1), "tie")
+    assert adaptive_measured.lines(c)[2].split() == ["c1", "495.0", "490.1-499.9", "410.0", "405.9-414.1", "+20.7%",
+                                                     "beat", "500.0", "0", "-1.0%", "(tie)"]
+
+
 def test_the_engine_refuses_to_write_what_sglang_would_refuse():
     rules = ENGINE.adaptive
     with pytest.raises(ValueError, match=re.escape("BS 4: candidate_steps must be a list of non-negative ints, "
@@ -219,3 +248,74 @@ def test_format_sglang_adaptive_prints_the_file_only(tmp_path: Path):
     r = run_autotune("best", "--study", str(study), "--format", "sglang-adaptive", "--json", cwd=tmp_path)
     assert r.returncode == 2 and r.stdout == "" and r.stderr.count("\n") == 1
     assert "--format sglang-adaptive prints the schedule file: no --json or --per-concurrency" in r.stderr
+
+
+# ------------------------------------------------------- the adaptive server among a study's candidates, measured
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("loads", ["mix", "single"])
+def test_a_study_measures_its_adaptive_server_against_its_best_fixed_chain(tmp_path: Path, loads: str):
+    # the crossover profile: 7 steps stream fastest alone, 5 at concurrency 8, 3 at 32; the baseline is the 3-step
+    # chain, the grid adds 5 and 7 (its 3 reuses the baseline): 3 launches, the fourth is the adaptive server's
+    # on the mix, each slot the one chain fastest at its load (a tolerance of 1%); on the one load, a slot of every
+    # chain within 20% of the fastest there
+    levels = "concurrency = [1, 8, 32]\nmix = { 1 = 0.34, 8 = 0.33, 32 = 0.33 }\ntolerance = 0.01" if loads == "mix" \
+        else "concurrency = [8]\nmix = { 8 = 1.0 }\ntolerance = 0.2"
+    study = write_study(tmp_path, loads, sampler="grid", trials=4, space=CHAINS, objective="mix",
+                        workload=f"max_tokens = 256\n{levels}\nrequests = 8\nwindow_generations = 1\nwarmup = 1\n"
+                                 "max_repeats = 1",
+                        args={"model-path": "/models/Llama-3.1-8B-Instruct", "tp-size": 1,
+                              "sim-profile": str(CROSSOVER), "speculative-num-steps": 3,
+                              "speculative-num-draft-tokens": 4, "sim-speedup": 1})
+    study.write_text(study.read_text().replace("[study]\n", "[study]\nadaptive = true\n", 1))
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    trials = status(study)["trials"]
+    ours = [t for t in trials if t["adaptive"]]
+    # launched once, the study's last launch, counted against the budget of 4
+    assert len(ours) == 1 and ours[0]["state"] == "COMPLETE" and ours[0]["launched"], ours
+    # (an attempt a busy machine cut short is queued again and not counted: `kept`)
+    assert sum(t["launched"] for t in kept(trials)) == 4 and ours[0]["number"] == max(t["number"] for t in trials)
+    ran = ours[0]
+    assert ran["params"] == {} and ran["role"] == "adaptive"
+    # its schedule is the one `best --format sglang-adaptive` writes from the fixed chains' measurements; the server
+    # ran it from the file beside the study
+    r = run_autotune("best", "--study", str(study), "--format", "sglang-adaptive", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert ran["schedule"]["document"] == json.loads(r.stdout)
+    command = ran["command"]
+    assert "--speculative-adaptive" in command
+    placed = Path(command[command.index("--speculative-adaptive-config") + 1])
+    assert placed == tmp_path / ran["schedule"]["file"] and json.loads(placed.read_text()) == json.loads(r.stdout)
+    fixed = {t["params"]["speculative-num-steps"]: t for t in trials
+             if t["state"] == "COMPLETE" and not t["adaptive"] and t["reused_from"] is None}
+    assert sorted(fixed) == [3, 5, 7], trials
+    # best picks a fixed chain, and says how the adaptive server did against it, load by load, with intervals
+    r = run_autotune("best", "--study", str(study), "--json", cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["number"] != ran["number"] and doc["params"]["speculative-num-steps"] in fixed
+    versus = doc["adaptive"]
+    assert versus["trial"] == ran["number"] and versus["best_fixed"]["trial"] == doc["number"]
+    assert versus["value"]["low"] < ran["value"] < versus["value"]["high"]
+    assert [lv["concurrency"] for lv in versus["levels"]] == ([1, 8, 32] if loads == "mix" else [8])
+    for lv in versus["levels"]:
+        figure = ran["metrics"]["level_output_tok_s"][str(lv["concurrency"])]
+        assert lv["adaptive"]["low"] < figure < lv["adaptive"]["high"]
+        assert lv["gain"] == pytest.approx(figure / lv["best_fixed"]["value"] - 1)
+    if loads == "mix":
+        # each load runs the chain that served it best: on the mix it beats the best fixed chain
+        assert versus["gain"] > 0 and versus["verdict"] != "lost", versus
+    else:
+        # on one load the slot holds the chains within the tolerance, and the controller walks by acceptance, not
+        # speed: it gains nothing over the best fixed chain there
+        assert len(ran["schedule"]["document"]) == 1 and versus["verdict"] != "beat" and versus["gain"] < 0.01, versus
+    r = run_autotune("best", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    assert f"adaptive server (trial {ran['number']}; steps by batch " in r.stdout
+    out = tmp_path / "report"
+    assert run_autotune("report", "--study", str(study), "--out", str(out), cwd=tmp_path).returncode == 0
+    summary = (out / "summary.md").read_text()
+    assert "## Adaptive server against the best fixed config" in summary
+    assert f"adaptive server (trial {ran['number']}; " in summary

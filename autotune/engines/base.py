@@ -68,6 +68,8 @@ class AdaptiveRules(ABC):
 
     #: the name of the schedule file's format (`autotune best --format NAME`)
     format: str
+    #: the flag that names the schedule file on the server's command line
+    file_flag: str
 
     @abstractmethod
     def chain_steps(self, config: Mapping[str, ArgValue]) -> int | None:

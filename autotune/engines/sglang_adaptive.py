@@ -25,6 +25,7 @@ GRAPH_SIZES = [*range(1, 9), *range(10, 33, 2), *range(40, 65, 4), *range(72, 25
 
 class SGLangAdaptive(AdaptiveRules):
     format = "sglang-adaptive"
+    file_flag = ADAPTIVE_CONFIG
 
     def chain_steps(self, config: Mapping[str, ArgValue]) -> int | None:
         if str(config.get("speculative-algorithm", "")).upper() not in ALGORITHMS:

@@ -8,7 +8,8 @@ Only this package reads or writes user attrs. The objective writes a trial's rec
 Keys (user attrs of a trial):
     baseline, starting_point,  why the config was queued (ROLES); a retry keeps them
     warm_start, neighbour,
-    model, shrink, confirmation
+    model, shrink, confirmation,
+    adaptive                   (adaptive: the engine's adaptive speculative server built from the study's measurements)
     origin                     a warm start's source ("study OLD, trial N")
     retry_of                   the trial this one repeats (cut short for the infrastructure's sake)
     target, worker             where and by whom it ran
@@ -22,6 +23,7 @@ Keys (user attrs of a trial):
     metrics, levels, value_ci  the measurement's flat figures, per-level summaries, the objective's 95% interval
     reason, detail, stage      why it did not give a feasible measurement, and at which stage
     reused_from                the trial whose measurement of the same effective config it copies
+    schedule                   an adaptive server's schedule file, the trials it was built from and why
 Study user attrs: objective, study_file, study_path, reference (the baseline's figures), opening (the configs a
 new study measures after its baseline, queued one at a time).
 """
@@ -32,6 +34,7 @@ from autotune.record.read import (
     TrialRecord,
     config_keys,
     figures_text,
+    is_adaptive,
     is_baseline,
     is_confirmation,
     owner_of,
@@ -44,6 +47,6 @@ from autotune.record.read import (
 )
 
 __all__ = [
-    "ROLES", "AnyTrial", "TrialRecord", "config_keys", "figures_text", "is_baseline", "is_confirmation", "owner_of",
-    "rate_text", "reason_of", "records", "retry_of", "study", "target_of", "values_text", "write",
+    "ROLES", "AnyTrial", "TrialRecord", "config_keys", "figures_text", "is_adaptive", "is_baseline", "is_confirmation",
+    "owner_of", "rate_text", "reason_of", "records", "retry_of", "study", "target_of", "values_text", "write",
 ]

@@ -15,7 +15,7 @@ from autotune.owner import Owner
 #: user attrs that say why a config was queued rather than suggested (a retry keeps them): the baseline, the
 #: engine's starting points, neighbours of the leader, the search's picks over the whole space (``model``) and
 #: right below a config that ran out of memory (``shrink``), confirmations of the leader and its close rivals
-ROLES = ("baseline", "starting_point", "warm_start", "neighbour", "model", "shrink", "confirmation")
+ROLES = ("baseline", "starting_point", "warm_start", "neighbour", "model", "shrink", "confirmation", "adaptive")
 
 AnyTrial = optuna.Trial | FrozenTrial
 
@@ -53,6 +53,7 @@ class TrialRecord:
     detail: str | None = None
     stage: str | None = None
     reused_from: int | None = None
+    schedule: dict[str, Any] | None = None   # an adaptive server's schedule: the file and where it came from
     duration_s: float | None = None
     started: str | None = None
     completed: str | None = None
@@ -71,7 +72,7 @@ class TrialRecord:
             timings=dict(a.get("timings") or {}), capacity=a.get("capacity"),
             slo_capacity=a.get("slo_capacity"), metrics=dict(a.get("metrics") or {}),
             levels=list(a.get("levels") or []), value_ci=a.get("value_ci"), detail=a.get("detail"),
-            stage=a.get("stage"), reused_from=_int(a.get("reused_from")),
+            stage=a.get("stage"), reused_from=_int(a.get("reused_from")), schedule=a.get("schedule"),
             duration_s=t.duration.total_seconds() if t.duration else None,
             started=t.datetime_start.isoformat() if t.datetime_start else None,
             completed=t.datetime_complete.isoformat() if t.datetime_complete else None,
@@ -105,6 +106,11 @@ class TrialRecord:
         if self.state == TrialState.RUNNING or self.feasible:
             return None
         return "constraints"
+
+    @property
+    def adaptive(self) -> bool:
+        """An adaptive speculative server built from the study's measurements, never a fixed config."""
+        return "adaptive" in self.roles
 
     @property
     def confirmation(self) -> bool:
@@ -147,6 +153,8 @@ class TrialRecord:
             "target": self.target,
             "worker": self.worker,
             "reused_from": self.reused_from,
+            "adaptive": self.adaptive,
+            "schedule": self.schedule,
             "retry_of": self.retry_of,
             "origin": self.origin,
             "value_ci": self.value_ci,
@@ -192,6 +200,12 @@ def is_baseline(trial: AnyTrial) -> bool:
 def is_confirmation(trial: AnyTrial) -> bool:
     """A launch that measures an already measured config again on purpose (never a reuse)."""
     return bool(trial.user_attrs.get("confirmation"))
+
+
+def is_adaptive(trial: AnyTrial) -> bool:
+    """A launch of the adaptive server built from the study's measurements so far (its own config, never a fixed
+    one)."""
+    return bool(trial.user_attrs.get("adaptive"))
 
 
 def retry_of(trial: AnyTrial) -> int | None:

@@ -81,6 +81,14 @@ def pruned(trial: optuna.Trial, stage: str, levels: list[dict[str, Any]]) -> Non
     trial.set_user_attr("levels", levels)
 
 
+def schedule(trial: optuna.Trial, document: dict[str, Any], file: str, built_from: list[int], family_trial: int,
+             lines: list[str]) -> None:
+    """The adaptive server's schedule: the file it ran, its name, the trials whose measurements it was built from,
+    the trial whose config's chains it switches between, and how each slot was chosen."""
+    trial.set_user_attr("schedule", {"document": document, "file": file, "built_from": built_from,
+                                     "family_trial": family_trial, "summary": lines})
+
+
 def timings(trial: optuna.Trial, seconds: Mapping[str, float]) -> None:
     trial.set_user_attr("timings", dict(seconds))
 

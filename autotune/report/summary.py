@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.best import capacity_curves, per_concurrency
-from autotune import record, results
+from autotune import adaptive_measured, record, results
 from autotune.record import TrialRecord, rate_text
 from autotune.report.plots import PlotResult
 from autotune.study import StudySpec
@@ -250,6 +250,26 @@ def _capacity(study: optuna.Study) -> list[str]:
     return lines
 
 
+def _adaptive(study: optuna.Study) -> list[str]:
+    c = adaptive_measured.compare(study)
+    if c is None:
+        return []
+    lines = ["## Adaptive server against the best fixed config", "", adaptive_measured.headline(c) + ".", "",
+             "Output tok/s at each load, the adaptive server's against the best fixed config's and against the fixed "
+             "config fastest at that load (\"beat\" or \"lost\" only when the 95% intervals do not overlap):", "",
+             "| load | adaptive [95% CI] | best fixed config [95% CI] | vs it | fastest fixed here [95% CI] (trial) "
+             "| vs that |", "|---|---|---|---:|---|---:|"]
+    for lv in c.levels:
+        gain, word = lv.against(lv.fixed)
+        here, word_here = lv.against(lv.best_here)
+        fixed = "-" if lv.fixed is None else f"{lv.fixed.value:.1f} [{lv.fixed.low:.1f}, {lv.fixed.high:.1f}]"
+        lines.append(f"| c{lv.concurrency} | {lv.adaptive.value:.1f} [{lv.adaptive.low:.1f}, {lv.adaptive.high:.1f}] "
+                     f"| {fixed} | {adaptive_measured.said(gain, word)} | {lv.best_here.value:.1f} "
+                     f"[{lv.best_here.low:.1f}, {lv.best_here.high:.1f}] ({lv.best_here_trial}) "
+                     f"| {adaptive_measured.said(here, word_here)} |")
+    return [*lines, ""]
+
+
 def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[PlotResult] | None = None) -> str:
     trials = study.get_trials(deepcopy=False)
     recs = record.records(trials)
@@ -261,6 +281,7 @@ def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[Pl
     lines += _baseline(base)
     lines += _per_concurrency(study)
     lines += _capacity(study)
+    lines += _adaptive(study)
     lines += _top(study, recs)
     lines += _failures(study, recs)
     lines += _saved(recs)

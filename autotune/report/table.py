@@ -35,7 +35,7 @@ def _flat(prefix: str, value: Any, out: dict[str, Any]) -> None:
 def row(rec: TrialRecord, names: list[str], param_names: list[str]) -> dict[str, Any]:
     """One trial as one flat row: identity, value(s), params, metrics, outcome, timing."""
     out: dict[str, Any] = {"number": rec.number, "state": rec.state.name, "baseline": rec.baseline,
-                           "starting_point": rec.starting_point, "feasible": rec.feasible}
+                           "starting_point": rec.starting_point, "adaptive": rec.adaptive, "feasible": rec.feasible}
     complete = rec.state == TrialState.COMPLETE and rec.values is not None
     for i, name in enumerate(names):
         out[name] = rec.values[i] if complete else None

@@ -47,7 +47,7 @@ class Feasibility:
         self.evidence: list[Boundary] = []
         for t in results.launches(list(trials)):
             rec = TrialRecord.of(t)
-            if rec.config is None:
+            if rec.config is None or rec.adaptive:  # sized for its widest step, not the one its config names
                 continue
             if rec.reason in MEMORY_REASONS:
                 self.evidence.append(Boundary(_plain(engine, rec.config), t, oom=True))

@@ -164,7 +164,7 @@ def _physics(study: optuna.Study, plan: Plan, trials: list[FrozenTrial]) -> Prio
     observations = []
     for t in trials:
         rec = TrialRecord.of(t)
-        if not rec.feasible or rec.reused_from is not None or rec.config is None:
+        if not rec.feasible or rec.reused_from is not None or rec.config is None or rec.adaptive:
             continue
         tree = plan.engine.draft_tree(rec.config)
         levels = {int(c): float(v) for c, v in (rec.metrics.get("level_output_tok_s") or {}).items() if v}

@@ -113,6 +113,13 @@ class Target(ABC):
         """
         return None
 
+    def place_file(self, name: str, data: bytes, local: Path) -> str:
+        """Put a file the server reads (an adaptive schedule) where this target's servers read files, and return
+        the path to give the server: here ``local`` (beside the study), a remote target's own directory there."""
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(data)
+        return str(local.resolve())
+
     @abstractmethod
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> Deployment:
         """Stop what this target runs, make sure the port is free, and start ``argv``.

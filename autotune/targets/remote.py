@@ -94,6 +94,11 @@ class RemoteTarget(Target):
         return bool(self.in_workdir("write", name, f"{mode:o}", *flags, stdin=data, what=f"writing {name}")
                     .get("written"))
 
+    def place_file(self, name: str, data: bytes, local: Path) -> str:
+        """Into this target's directory on the host (``local`` is this machine's path, not the host's)."""
+        self.write_file(name, data, 0o644)
+        return posixpath.join(self.directory, name)
+
     def remove_files(self, *names: str) -> list[str]:
         return list(self.in_workdir("remove", *names, what="removing files").get("removed", []))
 

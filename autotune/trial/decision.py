@@ -13,10 +13,12 @@ are written once:
   like an invalid config, so the sampler learns to avoid it;
 * ``launch``: measure it.
 
-The baseline and confirmations are launched whatever was measured before: they measure on purpose.
+The baseline, confirmations and the adaptive server (built from the study's measurements so far, with its schedule
+file) are launched whatever was measured before: they measure on purpose.
 """
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -24,10 +26,11 @@ from typing import TYPE_CHECKING
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import record, results
+from autotune.adaptive import Schedule
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
 from autotune.search.feasibility import Feasibility
-from autotune.space import Candidate
+from autotune.space import Candidate, ServerFile
 
 if TYPE_CHECKING:
     from autotune.plan import Plan
@@ -47,14 +50,22 @@ class Decision:
 
 
 def decide(plan: Plan, trials: Sequence[FrozenTrial], number: int, params: dict[str, ArgValue], *,
-           baseline: bool = False, confirmation: bool = False) -> Decision:
+           baseline: bool = False, confirmation: bool = False, schedule: Schedule | None = None) -> Decision:
     """What happens to ``params`` (the tuned flags' values) proposed as trial ``number`` of a study whose trials are
-    ``trials``; ``baseline``: the study's fixed args, whatever ``params`` says."""
+    ``trials``; ``baseline``: the study's fixed args, whatever ``params`` says; ``schedule``: the adaptive server
+    that runs it (its deploy args name its file)."""
     try:
-        candidate = plan.space.baseline() if baseline else plan.space.candidate(params)
+        if schedule is not None:
+            rules = plan.engine.adaptive
+            assert rules is not None
+            name = str(schedule.args[rules.file_flag])
+            candidate = plan.space.adaptive(schedule.args, ServerFile(rules.file_flag, name,
+                                                                      json.dumps(schedule.document, indent=1)))
+        else:
+            candidate = plan.space.baseline() if baseline else plan.space.candidate(params)
     except InvalidConfig as e:
         return Decision("invalid", detail=str(e))
-    if baseline or confirmation:
+    if baseline or confirmation or schedule is not None:
         return Decision("launch", candidate)
     twin = next((t for t in trials if t.state == TrialState.RUNNING and t.number < number
                  and record.config_keys(t)[0] == candidate.key), None)

@@ -15,6 +15,7 @@ surrogate): the objective is the same for both.
 """
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -26,9 +27,10 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import queue, record
+from autotune import adaptive, queue, record
+from autotune.adaptive import Schedule
 from autotune.bench.capacity import SLO
-from autotune.errors import TrialFailure
+from autotune.errors import TrialFailure, UserError
 from autotune.plan import Plan
 from autotune.progress import Phase
 from autotune.record import write
@@ -86,19 +88,27 @@ class Objective:
         self.on_start()
         self._phase(trial, "suggest")
         space = self.plan.space
-        params = space.suggest(trial, only=space.baseline_params() if baseline else None)
-        log.info("trial %d start: %s%s", trial.number, self.plan.engine.describe(params),
-                 " (baseline)" if baseline else "")
+        measures_adaptive = record.is_adaptive(trial)
+        params = space.suggest(trial, only={} if measures_adaptive else space.baseline_params() if baseline else None)
+        log.info("trial %d start: %s%s", trial.number, "the adaptive server" if measures_adaptive
+                 else self.plan.engine.describe(params), " (baseline)" if baseline else "")
         confirmation = record.is_confirmation(trial)
+        try:
+            schedule = self._schedule(trial) if measures_adaptive else None
+        except UserError as e:
+            write.candidate(trial, params)
+            return self._infeasible(trial, "invalid_config", str(e), stage="validate")
         decision = decide(self.plan, trial.study.get_trials(deepcopy=False), trial.number, params, baseline=baseline,
-                          confirmation=confirmation)
+                          confirmation=confirmation, schedule=schedule)
         if decision.candidate is None:
             write.candidate(trial, params)
             return self._infeasible(trial, "invalid_config", decision.detail, stage="validate")
         candidate = decision.candidate
         # the tuned flags as the server runs them (the sampler's own parameters may be fill fractions); written
-        # before any wait, so that a worker proposing the same config sees this trial as its twin
-        write.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
+        # before any wait, so that a worker proposing the same config sees this trial as its twin. An adaptive
+        # server records none: it is no point of the space
+        write.candidate(trial, {} if measures_adaptive else candidate.tuned(space.names), candidate.args,
+                        candidate.key)
         try:
             while decision.kind == "wait":
                 decision = self._wait_for_twin(trial, decision, params, confirmation)
@@ -131,6 +141,17 @@ class Objective:
             self._phase(trial, "done")
             write.timings(trial, self.timings)
             self.launch.finish(trial, candidate)
+
+    def _schedule(self, trial: optuna.Trial) -> Schedule:
+        """The adaptive server's schedule from the study's measurements so far, recorded with the trial."""
+        plan = self.plan
+        name = adaptive.file_name(plan.spec.name, trial.number)
+        schedule = adaptive.build(trial.study, plan.engine, plan.spec.workload.tolerance, name, fixed=plan.space.fixed)
+        write.schedule(trial, schedule.document, name, schedule.trials, schedule.family_trial,
+                       adaptive.summary(schedule, None))
+        log.info("trial %d: adaptive schedule %s, from trials %s", trial.number, json.dumps(schedule.document),
+                 ", ".join(map(str, schedule.trials)))
+        return schedule
 
     def _wait_for_twin(self, trial: optuna.Trial, decision: Decision, params: dict[str, Any],
                        confirmation: bool) -> Decision:
@@ -171,7 +192,8 @@ class Objective:
                   reference: dict[str, Any] | None) -> None:
         self._phase(trial, "measuring", f"concurrency {concurrency}")
         spec = self.spec
-        if not spec.pruning or record.is_baseline(trial) or record.is_confirmation(trial):
+        if not spec.pruning or record.is_baseline(trial) or record.is_confirmation(trial) \
+                or record.is_adaptive(trial):  # measured at every load, to be compared at every load
             return
         if reference is None and spec.objective in RELATIVE:
             return  # values are relative to the baseline, which another worker is still measuring

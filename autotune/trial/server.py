@@ -7,6 +7,7 @@ import contextlib
 import logging
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import optuna
 from optuna.artifacts import FileSystemArtifactStore
@@ -42,14 +43,15 @@ class ServerLaunch(Launch):
         self.deployment: Deployment | None = None
         self._bench: Bench | None = None
         self._headers: dict[str, str] = {}
+        self._args: dict[str, Any] | None = None  # the args of this start, its files placed
 
     def _log_path(self, trial: optuna.Trial) -> Path:
         return self.plan.logs_dir / f"trial-{trial.number:04d}.log"
 
     def start(self, trial: optuna.Trial, candidate: Candidate, on_phase: OnPhase) -> ServerInfo:
-        self.deployment, self._bench = None, None
+        self.deployment, self._bench, self._args = None, None, None
         plan, engine = self.plan, self.plan.engine
-        argv = engine.render(plan.spec.engine.command, candidate.args)
+        argv = engine.render(plan.spec.engine.command, self._placed(candidate))
         log_path = self._log_path(trial)
         write.launched(trial, argv, str(log_path))
         self._headers = engine.auth_headers(candidate.args)
@@ -93,13 +95,23 @@ class ServerLaunch(Launch):
                         capacity_record(ladder, levels))
 
     def finish(self, trial: optuna.Trial, candidate: Candidate) -> None:
-        """Keep the server log of this start, the command (or unit) it ran and the raw request records."""
+        """Keep the server log of this start, the command (or unit) it ran, the files it read and the raw request
+        records."""
         if self.artifacts is None:
             return
-        argv = self.plan.engine.render(self.plan.spec.engine.command, candidate.args)
+        argv = self.plan.engine.render(self.plan.spec.engine.command, self._args or candidate.args)
         records = self._bench.measurement.records() if self._bench is not None else None
         upload_trial(self.artifacts, trial, self.plan.logs_dir, self._log_path(trial),
-                     self.target.rendered(argv, self.plan.spec.engine.env), records)
+                     self.target.rendered(argv, self.plan.spec.engine.env), records,
+                     [(f.name, f.text) for f in candidate.files])
+
+    def _placed(self, candidate: Candidate) -> dict[str, Any]:
+        """The candidate's args with each file it reads placed on the target, its flag naming it there (a local
+        copy stays beside the study)."""
+        self._args = args = dict(candidate.args)
+        for f in candidate.files:
+            args[f.flag] = self.target.place_file(f.name, f.text.encode(), self.plan.spec.directory / f.name)
+        return args
 
     @contextlib.contextmanager
     def _blamed(self) -> Iterator[None]:

@@ -238,3 +238,21 @@ def test_preflight_checks_the_target_before_a_study_starts(make_spec, cleanup, t
     unknown = cleanup(ProcessTarget(make_spec(known_hosts=str(tmp_path / "empty_known_hosts"))))
     with pytest.raises(UserError, match="not known"):
         unknown.preflight(server_argv(spec.server_port))
+
+
+def test_a_file_the_server_reads_goes_to_the_targets_directory_on_the_host(make_spec, cleanup,
+                                                                            tmp_path: Path) -> None:
+    # an adaptive schedule: the server on the host reads it from there, not from this machine
+    spec = make_spec(tunnel=True)
+    target = cleanup(ProcessTarget(spec))
+    schedule = {"1": {"candidate_steps": [3]}, "9": {"candidate_steps": [1, 2]}}
+    local = tmp_path / "here" / "s-adaptive-trial-0004.json"
+    path = target.place_file(local.name, json.dumps(schedule).encode(), local)
+    assert path == f"{target.directory}/s-adaptive-trial-0004.json" and not local.exists()
+    assert json.loads(target.read_file(local.name)) == schedule
+    argv = server_argv(spec.server_port, "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
+                       "--speculative-num-draft-tokens", "3", "--speculative-adaptive",
+                       "--speculative-adaptive-config", path)
+    deployment = deploy_ready(target, argv, tmp_path / "trial-4.log")
+    info = httpx.get(f"{deployment.base_url}/server_info", timeout=5).json()
+    assert info["speculative_adaptive"] is True and info["speculative_adaptive_config"] == path

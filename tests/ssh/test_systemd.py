@@ -198,3 +198,14 @@ def test_preflight_and_rendered_dropin(unit: Unit, unit_spec, make_spec, fake_sy
     name, text = target.rendered(argv, {"K": "v"})
     assert name == "zz-autotune.conf"
     assert "ExecStart=\n" in text and '"a b"' in text and 'Environment="K=v"' in text
+
+
+def test_a_file_the_server_reads_goes_beside_the_units_dropin(unit: Unit, unit_spec, cleanup, tmp_path: Path) -> None:
+    # an adaptive schedule: the unit's user reads it, whoever that is, from the unit's drop-in directory
+    target = cleanup(SystemdTarget(unit_spec()))
+    local = tmp_path / "s-adaptive-trial-0004.json"
+    path = target.place_file(local.name, b'{"1": {"candidate_steps": [3]}}', local)
+    assert path == f"{target.dropin_dir}/s-adaptive-trial-0004.json" and not local.exists()
+    assert Path(path).stat().st_mode & 0o777 == 0o644
+    d = target.deploy(["sh", "-c", f"cat {path}; echo; exec sleep 60"], {}, tmp_path / "a.log")
+    assert '{"1": {"candidate_steps": [3]}}' in wait_for(d.read_log)  # type: ignore[operator]

@@ -56,7 +56,8 @@ def log_to(request: pytest.FixtureRequest) -> logging.Logger:
         logger.addHandler(h)
 
 
-def test_status_line_stays_below_the_log_lines(log_to: logging.Logger) -> None:
+def test_status_line_stays_below_the_log_lines(log_to: logging.Logger, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("COLUMNS", "160")  # a terminal wide enough for the whole line (pytest-xdist's workers get 80)
     term = Terminal()
     setup_logging(None, stream=term)
     clock = Clock()

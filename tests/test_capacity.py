@@ -31,9 +31,10 @@ type = "categorical"
 choices = [8, 16]
 """
 LADDER = [4, 8, 16, 24, 32]
-#: TTFT p99 within 25 ms: a request that must queue for a running slot waits most of another's time (60 ms and more
-#: at this speed), one that is admitted at once waits 10-15 ms
-SLO_MS = 25
+#: TTFT p99 within 40 ms: a request that must queue for a running slot waits most of another's time (60 ms and more
+#: at this speed), one that is admitted at once 10-15 ms by the server's clock, and up to about 25 ms as a busy
+#: 2-core machine's client sees it (the way there and back, the HTTP handling): the bound sits between the two
+SLO_MS = 40
 
 _made: dict[str, Any] = {}
 

@@ -309,8 +309,9 @@ def test_a_study_measures_its_adaptive_server_against_its_best_fixed_chain(tmp_p
         assert versus["gain"] > 0 and versus["verdict"] != "lost", versus
     else:
         # on one load the slot holds the chains within the tolerance, and the controller walks by acceptance, not
-        # speed: it gains nothing over the best fixed chain there
-        assert len(ran["schedule"]["document"]) == 1 and versus["verdict"] != "beat" and versus["gain"] < 0.01, versus
+        # speed: it does not beat the best fixed chain there (its figure, +-7% here with one window of 8 requests,
+        # read from -2.7% to +2.9% of the fixed chain's over runs; never outside the intervals)
+        assert len(ran["schedule"]["document"]) == 1 and versus["verdict"] != "beat", versus
     r = run_autotune("best", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr
     assert f"adaptive server (trial {ran['number']}; steps by batch " in r.stdout

@@ -27,14 +27,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -58,6 +56,7 @@ from autotune.targets import measuring  # noqa: E402
 from autotune.targets.process import ProcessSpec, ProcessTarget  # noqa: E402
 from autotune.targets.programs import loadgen  # noqa: E402
 from autotune.testing.ports import free_port  # noqa: E402
+from autotune.testing.server_count import ServerCount  # noqa: E402
 from autotune.testing.sshd import SSHServer  # noqa: E402
 from autotune.testing.studies import write_study  # noqa: E402
 
@@ -247,28 +246,6 @@ def _wait_http(url: str) -> None:
 # -- 2. the way to the server -----------------------------------------------------------------------------------
 
 
-class LoadSampler:
-    """The server's own count of requests (running and queued, /get_load) every 50 ms, straight from its port."""
-
-    def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}/get_load"
-        self.samples: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> LoadSampler:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=2) as client:
-            while not self._stop.wait(0.05):
-                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError):
-                    self.samples.append(client.get(self.url).json()[0]["num_reqs"])
 
 
 def measure(target: ProcessTarget, base_url: str, server_port: int, prompts: list[str], transport: str,
@@ -278,7 +255,7 @@ def measure(target: ProcessTarget, base_url: str, server_port: int, prompts: lis
     where = (local(f"http://127.0.0.1:{server_port}") if transport == "direct"
              else measuring.load_generator(target, base_url, transport))
     bench = Bench(base_url, ENGINE, workload, prompts, seed=0, levels=(CONCURRENCY,), load=where)
-    with LoadSampler(server_port) as sampler:
+    with ServerCount(server_port) as sampler:
         cpu, wall = time.process_time(), time.monotonic()
         try:
             m = bench.run()

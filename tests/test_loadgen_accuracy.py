@@ -3,13 +3,10 @@ network's round trip (a proxy adding 20 ms each way) changes neither the figure 
 requests. Speed-sensitive: run under the shared lock (`flock /tmp/autotune-heavy.lock`)."""
 from __future__ import annotations
 
-import contextlib
 import statistics
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 
-import httpx
 import pytest
 
 from autotune.bench.measure import Bench, Measurement
@@ -17,6 +14,7 @@ from autotune.bench.workload import load_prompts
 from autotune.engines import get_engine
 from autotune.study import WorkloadSpec
 from autotune.testing.ports import free_port
+from autotune.testing.server_count import ServerCount
 from tests.support import reference_client
 from tests.support.delay_proxy import DelayProxy
 from tests.support.emulator import start_emulator
@@ -35,28 +33,6 @@ def emulator() -> Iterator[int]:
     server.wait()
 
 
-class ServerCount:
-    """The server's own count of the requests it holds (running and queued: /get_load), every 50 ms."""
-
-    def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}/get_load"
-        self.samples: list[int] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, daemon=True)
-
-    def __enter__(self) -> ServerCount:
-        self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _run(self) -> None:
-        with httpx.Client(timeout=2) as client:
-            while not self._stop.wait(0.05):
-                with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError):
-                    self.samples.append(client.get(self.url).json()[0]["num_reqs"])
 
 
 def _bench(url: str, c: int, max_tokens: int, generations: int, processes: int, warmup: int = 1) -> Measurement:

@@ -115,18 +115,29 @@ def capacity_curves(study: optuna.Study) -> list[dict[str, Any]]:
     return [{"trial": r.number, "params": r.params, **(r.slo_capacity or {})} for r in found]
 
 
+def slo_text(slo: dict[str, Any]) -> str:
+    """A capacity curve's SLO as a person reads it: "TTFT p99 <= 40 ms and ITL p99 <= 60 ms"."""
+    return " and ".join(f"{name} p99 <= {slo[key]:g} ms" for name, key in (("TTFT", "ttft_p99_ms"),
+                                                                         ("ITL", "itl_p99_ms")) if slo[key])
+
+
+def capacity_label(curve: dict[str, Any]) -> str:
+    """A launch's capacity load: "c16", "c32+" (no load of the ladder broke the SLO) or "none"."""
+    if curve["concurrency"] is None:
+        return "none"
+    return f"c{curve['concurrency']}{'' if curve['below_top'] else '+'}"
+
+
 def capacity_table(study: optuna.Study) -> list[str]:
     """``capacity_curves`` as lines a person reads: one block per launch, one line per probed load."""
     curves = capacity_curves(study)
     if not curves:
         return []
-    slo = curves[0]["slo"]
-    bounds = " and ".join(f"{name} p99 <= {slo[key]:g} ms" for name, key in (("TTFT", "ttft_p99_ms"),
-                                                                            ("ITL", "itl_p99_ms")) if slo[key])
+    bounds = slo_text(curves[0]["slo"])
     lines = [f"capacity within the SLO ({bounds}), each launch's curve, most capacity first:"]
     for c in curves:
         config = ", ".join(f"{k}={v}" for k, v in c["params"].items()) or "the fixed args"
-        load = "none" if c["concurrency"] is None else f"c{c['concurrency']}{'' if c['below_top'] else '+'}"
+        load = capacity_label(c)
         lines.append(f"trial {c['trial']}: capacity {load}, {c['output_tok_s']:.1f} tok/s  ({config})")
         lines.append(f"  {'load':>5}  {'output tok/s':>12}  {'TTFT p99 ms':>11}  {'ITL p99 ms':>10}  SLO")
         for p in c["curve"]:

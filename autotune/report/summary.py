@@ -13,7 +13,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.best import capacity_curves, per_concurrency
+from autotune.best import capacity_curves, capacity_label, per_concurrency, slo_text
 from autotune import adaptive_measured, record, results
 from autotune.record import TrialRecord, rate_text
 from autotune.report.plots import PlotResult
@@ -229,16 +229,14 @@ def _capacity(study: optuna.Study) -> list[str]:
     curves = capacity_curves(study)
     if not curves:
         return []
-    slo = curves[0]["slo"]
-    bounds = " and ".join(f"{name} p99 <= {slo[key]:g} ms" for name, key in (("TTFT", "ttft_p99_ms"),
-                                                                            ("ITL", "itl_p99_ms")) if slo[key])
+    bounds = slo_text(curves[0]["slo"])
     lines = ["## Capacity within the SLO", "",
              f"Each launch's capacity curve, most capacity first: the loads it probed within one server start, their "
              f"throughput and p99s, and whether they met the SLO ({bounds}). The capacity is the highest load that "
              "met it below the lowest that broke it (\"+\": no load of the ladder broke it).", ""]
     for c in curves:
         config = ", ".join(f"{k}={v}" for k, v in c["params"].items()) or "the fixed args"
-        load = "none" if c["concurrency"] is None else f"c{c['concurrency']}{'' if c['below_top'] else '+'}"
+        load = capacity_label(c)
         lines += [f"**Trial {c['trial']}** ({config}): capacity {load}, {c['output_tok_s']:.1f} tok/s", "",
                   "| load | output tok/s | TTFT p99 ms | ITL p99 ms | SLO |", "|---|---:|---:|---:|---|"]
         for p in c["curve"]:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support import requires
 from tests.support.turns import turn
 
 
@@ -64,3 +65,10 @@ def _no_leaked_servers() -> object:
     if leaked:
         print(f"\nwarning: {len(leaked)} emulator process(es) outlived the tests and were killed: {sorted(leaked)}",
               file=sys.__stderr__)
+
+
+@pytest.fixture
+def llama_parts() -> None:
+    """llama-server and SmolLM2 in the cache, or the test fails naming the set-up command."""
+    requires.llama_server()
+    requires.smollm2()

@@ -18,9 +18,7 @@ from tests.support.llama_cache import cached_model, cached_server_binary
 
 BINARY, MODEL = cached_server_binary(), cached_model()
 REPO = Path(__file__).resolve().parent.parent
-pytestmark = pytest.mark.skipif(BINARY is None or MODEL is None,
-                                reason="llama-server or SmolLM2 missing: run scripts/build-llama-server.sh and "
-                                       "scripts/fetch-smollm2.sh")
+pytestmark = pytest.mark.usefixtures("llama_parts")
 SPECULATIVE = ("ngram-simple", "ngram-map-k", "draft-simple")
 
 

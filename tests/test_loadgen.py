@@ -3,7 +3,6 @@ window over several processes, the server's own count of requests, any python3 f
 that stops (instead of giving up on configs) when its client cannot keep up."""
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -20,6 +19,7 @@ from autotune.engines import get_engine
 from autotune.study import WorkloadSpec
 from autotune.targets.programs import loadgen, source
 from autotune.testing.ports import free_port
+from tests.support import requires
 from tests.support.emulator import start_emulator
 
 KEY = b'"completion_tokens":'
@@ -75,18 +75,6 @@ def test_a_round_trip_the_slots_send_ahead_of_costs_the_server_nothing() -> None
         1 - (2 * (3 * 1.0 + (4.5 - 4.2))) / (2 * (4.5 - 1.04)))
 
 
-def _oldest_python() -> str | None:
-    """A python3.6 (or the next oldest up to 3.8) that runs: a pyenv install, or one on the PATH (not a shim)."""
-    for version in ("3.6", "3.7", "3.8"):
-        candidates = [str(p) for p in sorted(Path.home().glob(f".pyenv/versions/{version}.*/bin/python{version}"))]
-        candidates.append(shutil.which(f"python{version}") or "")
-        for found in candidates:
-            if found and "shims" not in found and subprocess.run(
-                    [found, "-c", "pass"], capture_output=True, check=False).returncode == 0:
-                return found
-    return None
-
-
 class _Python:
     """The load generator under another python3, as a target host with an old one would run it."""
 
@@ -101,9 +89,7 @@ class _Python:
 
 
 def test_the_program_runs_on_an_old_python_with_several_processes() -> None:
-    python = _oldest_python()
-    if python is None:
-        pytest.skip("no python3.6-3.8 on this machine")
+    python = requires.old_python("3.6", "3.7", "3.8")
     port = free_port()
     server = start_emulator(port, steps=3, topk=1, draft=4, speedup=4)
     try:

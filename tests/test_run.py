@@ -14,6 +14,7 @@ import pytest
 
 from autotune.targets.local import port_open
 from autotune.testing.studies import port_of, write_study
+from tests.support import requires
 from tests.support.cli import kept, launches, run_autotune, status
 from tests.support.search_study import LAUNCHES, search_study
 
@@ -215,7 +216,7 @@ def test_apply_deploys_the_best_or_a_chosen_trial_and_waits_until_healthy(tmp_pa
 @pytest.mark.slow
 def test_gp_sampler_runs_a_study_when_installed(tmp_path: Path) -> None:
     """sampler = "gp" (the optional [gp] extra): Optuna's GPSampler proposes the configs after the startup trials."""
-    pytest.importorskip("torch")
+    requires.torch()
     study = write_study(tmp_path, trials=8, sampler="gp")
     study.write_text(study.read_text().replace('sampler = "gp"', 'sampler = "gp"\nstartup_trials = 3'))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)

@@ -14,6 +14,7 @@ import pytest
 
 from autotune.testing import postgres
 from autotune.testing.studies import write_multi
+from tests.support import requires
 from tests.support.cli import kept, launches, run_autotune, status
 
 #: servers up in 0.1 s, tokens at four times the model's speed: three workers' clients keep up on two cores
@@ -26,8 +27,7 @@ def postgres_server() -> Iterator[str]:
     if url:
         yield url
         return
-    if postgres.find_bin("initdb") is None:
-        pytest.skip(f"PostgreSQL is not installed ({postgres.APT_HINT}) and {postgres.ENV} is not set")
+    requires.postgres_initdb()
     root = postgres.new_root()
     yield postgres.start(root)
     postgres.stop(root)

@@ -1,6 +1,8 @@
 """Samplers and the configs they start from, built from the study file."""
 from __future__ import annotations
 
+import importlib
+
 import optuna
 
 from autotune.engines import ArgValue
@@ -49,9 +51,15 @@ def check_sampler(spec: StudySpec) -> None:
     optional extra (checked before anything is created, so a study is never half made)."""
     if spec.sampler != "gp":
         return
+    missing = [name for name in ("torch", "scipy") if not _importable(name)]
+    if missing:
+        raise UserError(f"{spec.path}: [study] sampler = \"gp\" needs torch and scipy ({' and '.join(missing)} "
+                        f"{'is' if len(missing) == 1 else 'are'} missing): pip install 'autotune[gp]'")
+
+
+def _importable(name: str) -> bool:
     try:
-        import scipy  # noqa: F401
-        import torch  # noqa: F401
-    except ImportError as e:
-        raise UserError(f"{spec.path}: [study] sampler = \"gp\" needs torch and scipy ({e.name} is missing): "
-                        "pip install 'autotune[gp]'") from None
+        importlib.import_module(name)
+    except ImportError:
+        return False
+    return True

@@ -291,11 +291,7 @@ def test_parse_events() -> None:
 
 BINARY = cached_server_binary()
 GGUF = cached_model()
-real = pytest.mark.skipif(
-    BINARY is None or GGUF is None,
-    reason=f"llama-server or SmolLM2 not in the cache {cache_root()} "
-           "(run scripts/build-llama-server.sh and scripts/fetch-smollm2.sh; AUTOTUNE_CACHE moves the cache)",
-)
+real = pytest.mark.usefixtures("llama_parts")
 
 FAST = {"c": 2048, "t": 2, "np": 2, "host": "127.0.0.1"}
 #: OpenMP threads that sleep instead of spinning at barriers: on a busy 2-core machine a spinning team runs up to

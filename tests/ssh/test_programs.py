@@ -2,10 +2,8 @@
 only a process group it can show to be the recorded one, and the workdir's files are never reached through a link."""
 from __future__ import annotations
 
-import glob
 import json
 import os
-import shutil
 import subprocess
 import sys
 import time
@@ -14,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from autotune.targets.programs import hostlock, ports, safedir, script
+from tests.support import requires
 from tests.support.ssh import pid_alive, wait_for
 
 #: starts a process group, leaves one member behind and exits: a group whose leader is gone
@@ -118,22 +117,11 @@ def test_programs_run_where_autotune_is_not_installed(tmp_path: Path) -> None:
     assert time.monotonic() - started < 10
 
 
-def _python36() -> str | None:
-    """A python3.6 that runs (a pyenv shim on PATH may name one it will not run)."""
-    pyenv = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.6*/bin/python3.6")))
-    for candidate in (shutil.which("python3.6"), *pyenv):
-        if candidate and subprocess.run([candidate, "-c", "pass"], capture_output=True, check=False).returncode == 0:
-            return candidate
-    return None
-
-
-PY36 = _python36()
-
-
-@pytest.mark.skipif(PY36 is None, reason="needs a python3.6 (the oldest a target may have) on PATH")
 def test_programs_run_on_the_oldest_python_a_target_may_have(tmp_path: Path) -> None:
+    python36 = requires.old_python("3.6")
+
     def run(name: str, *args: str, stdin: str = "") -> subprocess.CompletedProcess[str]:
-        return subprocess.run([str(PY36), "-I", "-S", "-c", script(name), *args], input=stdin, capture_output=True,
+        return subprocess.run([python36, "-I", "-S", "-c", script(name), *args], input=stdin, capture_output=True,
                               text=True, timeout=60, check=False)
 
     work = str(tmp_path / "w")
@@ -147,7 +135,7 @@ def test_programs_run_on_the_oldest_python_a_target_may_have(tmp_path: Path) -> 
     assert not (d / "secret-1.yaml").exists()
     assert json.loads(run("ports", "stop", work, "port-1", "1", "1", "0.1").stdout)["stopped"] is None
     assert json.loads(run("workdir", work, "port-1", "write", "b.json", "600", stdin="{}").stdout) == {"written": True}
-    held = subprocess.Popen([str(PY36), "-I", "-S", "-c", script("hostlock"), work, "port-1", '{"study": "old"}',
+    held = subprocess.Popen([python36, "-I", "-S", "-c", script("hostlock"), work, "port-1", '{"study": "old"}',
                              "port:1"], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
     try:
         assert held.stdout is not None and held.stdout.readline() == "locked\n"

@@ -256,9 +256,7 @@ LLAMA_SERVER = CACHE / "llama" / "bin" / "llama-server"
 MODELS = sorted((CACHE / "models").glob("*.gguf")) if (CACHE / "models").is_dir() else []
 
 
-@pytest.mark.skipif(not LLAMA_SERVER.is_file() or not MODELS,
-                    reason="needs the cached llama-server and model (scripts/build-llama-server.sh, "
-                           "scripts/fetch-smollm2.sh; AUTOTUNE_CACHE moves the cache)")
+@pytest.mark.usefixtures("llama_parts")
 def test_llama_server_on_ssh_process_takes_its_key_from_its_environment(make_spec, cleanup, tmp_path: Path) -> None:
     spec = make_spec(engine="llamacpp")
     target = cleanup(ProcessTarget(spec))

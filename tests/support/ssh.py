@@ -22,11 +22,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 
 from autotune.targets import KINDS, TargetSpec
 from autotune.testing.ports import free_port
-from autotune.testing.sshd import APT_HINT, SSHServer, find_sshd
+from autotune.testing.sshd import SSHServer
+from tests.support import requires
 from autotune.testing.studies import write_study
 
 FAKE_SYSTEMD = Path(__file__).resolve().parent / "fake_systemd.py"
@@ -105,8 +105,7 @@ def _install_stand_ins(bin_dir: Path) -> None:
 def start_sshd(root: Path, systemd_root: Path) -> SSHServer:
     """A test sshd under ``root`` whose sessions see the stand-ins (state under ``systemd_root``); skips the test
     when OpenSSH is not installed."""
-    if find_sshd() is None:
-        pytest.skip(f"sshd is not installed and these tests need a real OpenSSH server ({APT_HINT})")
+    requires.sshd()
     bin_dir = root / "bin"
     _install_stand_ins(bin_dir)
     home = root / "home"

@@ -68,11 +68,12 @@ def test_gp_sampler_without_torch_names_the_extra(tmp_path: Path, command: str) 
     hidden = tmp_path / "no-gp"
     for name in ("torch", "scipy"):  # both hidden: the test does not depend on what this machine has installed
         (hidden / name).mkdir(parents=True)
-        (hidden / name / "__init__.py").write_text(f'raise ModuleNotFoundError("No module named {name!r}", name={name!r})\n')
+        (hidden / name / "__init__.py").write_text(
+            f'raise ModuleNotFoundError("No module named {name!r}", name={name!r})\n')
     study = tmp_path / "gp.toml"
     study.write_text(VALID.replace("trials = 10", 'trials = 10\nsampler = "gp"'))
     r = run_autotune(command, "--study", str(study), cwd=tmp_path, env={"PYTHONPATH": str(hidden)})
     assert r.returncode == 2
-    assert r.stderr == (f"autotune: error: {study}: [study] sampler = \"gp\" needs torch and scipy (torch and scipy are missing): "
-                        "pip install 'autotune[gp]'\n")
+    assert r.stderr == (f"autotune: error: {study}: [study] sampler = \"gp\" needs torch and scipy "
+                        "(torch and scipy are missing): pip install 'autotune[gp]'\n")
     assert sorted(p.name for p in tmp_path.glob("gp.*")) == ["gp.toml"], "a study database or log was created"

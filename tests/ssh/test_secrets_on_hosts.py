@@ -26,6 +26,7 @@ from autotune.targets.local import LocalSpec, LocalTarget
 from autotune.targets.process import ProcessTarget
 from autotune.targets.systemd import SystemdTarget
 from tests.support.cli import finished_ok, kept, run_autotune, status
+from tests.support.llama_cache import cached_model, cached_server_binary
 from tests.support.ssh import REPO, children, cmdline, remote_study, server_argv, stand_in, wait_for
 from autotune.testing.ports import free_port
 from autotune.testing.sshd import SSHServer
@@ -251,16 +252,13 @@ def _get(url: str) -> int:
         return 0
 
 
-CACHE = Path(os.environ.get("AUTOTUNE_CACHE") or REPO / ".cache")
-LLAMA_SERVER = CACHE / "llama" / "bin" / "llama-server"
-MODELS = sorted((CACHE / "models").glob("*.gguf")) if (CACHE / "models").is_dir() else []
 
 
 @pytest.mark.usefixtures("llama_parts")
 def test_llama_server_on_ssh_process_takes_its_key_from_its_environment(make_spec, cleanup, tmp_path: Path) -> None:
     spec = make_spec(engine="llamacpp")
     target = cleanup(ProcessTarget(spec))
-    argv = [str(LLAMA_SERVER), "-m", str(MODELS[0]), "--host", "127.0.0.1", "--port", str(spec.server_port),
+    argv = [str(cached_server_binary()), "-m", str(cached_model()), "--host", "127.0.0.1", "--port", str(spec.server_port),
             "-c", "256", "-t", "1", "--api-key", API_KEY]
     with CommandLines() as ps:
         d = target.deploy(argv, {}, tmp_path / "llama.log")

@@ -258,8 +258,8 @@ def _get(url: str) -> int:
 def test_llama_server_on_ssh_process_takes_its_key_from_its_environment(make_spec, cleanup, tmp_path: Path) -> None:
     spec = make_spec(engine="llamacpp")
     target = cleanup(ProcessTarget(spec))
-    argv = [str(cached_server_binary()), "-m", str(cached_model()), "--host", "127.0.0.1", "--port", str(spec.server_port),
-            "-c", "256", "-t", "1", "--api-key", API_KEY]
+    argv = [str(cached_server_binary()), "-m", str(cached_model()), "--host", "127.0.0.1",
+            "--port", str(spec.server_port), "-c", "256", "-t", "1", "--api-key", API_KEY]
     with CommandLines() as ps:
         d = target.deploy(argv, {}, tmp_path / "llama.log")
         wait_ready(d, LlamaCpp(), interval=0.1, timeout=120, headers={"Authorization": f"Bearer {API_KEY}"})

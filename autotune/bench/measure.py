@@ -4,7 +4,7 @@ Levels run in order of concurrency, single stream first, so a caller can stop a 
 cheap early stages (``on_level`` may raise ``optuna.TrialPruned``). Repeats continue until the 95% confidence
 interval of the caller's objective is within the tolerance, or the repeat cap is hit.
 
-The figures (README, "What is measured"):
+The figures (docs/measurement.md):
 
 * single stream: one request at a time; completion tokens over the requests' whole time (prefill included), as the
   server timed each request where the engine reports it (SGLang's e2e_latency, llama.cpp's timings), else from

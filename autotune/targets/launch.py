@@ -67,4 +67,4 @@ def kept_warning(launch: Launch, where: str) -> str:
     flags = ", ".join(f"--{k}" for k in launch.kept)
     return (f"the server's command line holds {flags} (the engine reads {'it' if len(launch.kept) == 1 else 'them'} "
             f"there only): every user of {where} can see it in ps; hide other users' processes with hidepid=2 "
-            "(README, 'On a shared host')")
+            "(docs/shared-hosts.md)")

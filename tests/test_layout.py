@@ -199,3 +199,16 @@ def test_the_emulator_imports_nothing_of_the_rest() -> None:
                    for n in _imported(p) if _within(n, "autotune") and not _within(n, "autotune.sim")
                    and n != "autotune")
     assert not wrong, wrong
+
+
+def test_no_test_is_skipped_for_what_the_machine_lacks() -> None:
+    """A missing system part fails its tests with one line naming scripts/setup.sh (tests/support/requires.py): a
+    skipped test reads like a passing one in the summary."""
+    skipping = ("skip", "skipif", "importorskip", "xfail")
+    found = []
+    for path in sorted(TESTS.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in skipping \
+                    and getattr(node.value, "id", getattr(node.value, "attr", None)) in ("pytest", "mark"):
+                found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.attr}")
+    assert found == []

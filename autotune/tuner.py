@@ -129,6 +129,7 @@ class Tuner:
                 self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat,
                                             on_stale=queue.stale_trial_callback)
                 refuse_foreign(self.storage, self.spec.name, self.storage_url)
+                self._refuse_other_objective()
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)
                 study = self._open_study()
@@ -141,6 +142,19 @@ class Tuner:
         finally:
             self._progress.close()
             target.close()
+
+    def _refuse_other_objective(self) -> None:
+        """A study resumed under another objective would compare values of two kinds (relative figures against
+        tokens per second): refused before anything is written."""
+        try:
+            study = optuna.load_study(study_name=self.spec.name, storage=self.storage)
+        except KeyError:
+            return
+        stored = record.study.objective(study)
+        if stored is not None and stored != self.spec.objective:
+            raise UserError(f"study {self.spec.name!r} in {redact(self.storage_url)} was created with objective = "
+                            f"{stored!r}, the study file now says {self.spec.objective!r}: put {stored!r} back, or "
+                            "give the study a new name")
 
     def _open_study(self) -> optuna.Study:
         spec = self.spec

@@ -520,6 +520,10 @@ CASES: dict[str, Case] = {
     "storage not a database": run(("status", "--study", "S", "--storage", "sqlite:///junk.db"),
                                   r"cannot open storage sqlite:///.*junk\.db: file is not a database",
                                   setup=not_a_database),
+    "study resumed under another objective": Case(study_key('objective = "single"'), setup=autotunes_study,
+                                                  pattern=r"study 'S' in sqlite:///.*S\.db was created with objective "
+                                                          r"= 'weighted', the study file now says 'single': put "
+                                                          r"'weighted' back, or give the study a new name$"),
     "storage a directory": run(("run", "--study", "S", "--storage", "sqlite:///sub"), r"cannot open storage",
                                setup=lambda d: (d / "sub").mkdir()),
 }

@@ -183,6 +183,10 @@ CASES: dict[str, Case] = {
                                        pattern=r"\[targets\] b\\n: target names must be"),
     "target name with a dash first": Case(MULTI.replace("[targets.b]", '[targets."-b"]'),
                                           pattern=r"\[targets\] -b: target names must be"),
+    "two local targets on one port": Case(MULTI.replace("server_port = 31556", "server_port = 31555"),
+                                          ("validate", "--study", "S"),
+                                          r"\[targets\] b: is the server of \[targets\.a\] too \(local:31555\): each "
+                                          r"target needs a port \(or unit\) of its own"),
     "several targets, none chosen": Case(MULTI, pattern=r"several targets \(a, b\); choose one with --target"),
     "target env name": Case(target_key('env = { "1X" = "y" }'), pattern=r"\[target\.env\] 1X: environment variable"),
     "target env name with a newline": Case(target_key('env = { "X\\n" = "y" }'),
@@ -524,6 +528,15 @@ CASES: dict[str, Case] = {
                                                   pattern=r"study 'S' in sqlite:///.*S\.db was created with objective "
                                                           r"= 'weighted', the study file now says 'single': put "
                                                           r"'weighted' back, or give the study a new name$"),
+    **{f"[space.{flag}]": Case(space(f'[space.{flag}]\ntype = "categorical"\nchoices = [{value}]'),
+                               ("validate", "--study", "S"), rf"\[space\.{flag}\]: {flag} is {why}, not a flag to tune")
+       for flag, value, why in (
+           ("port", "31555, 31556", "the server's port, which the target's server_port sets"),
+           ("host", '"127.0.0.1", "0.0.0.0"', "the address autotune reaches the server at"),
+           ("model-path", '"/m", "/n"', "the model the study measures"),
+           ("api-key", '"a", "b"', "the API key autotune sends with every request"),
+           ("admin-api-key", '"a", "b"', "a secret, given to the server by autotune"),
+           ("speculative-adaptive-config", '"a.json"', "the adaptive server's schedule file, which autotune writes"))},
     "storage a directory": run(("run", "--study", "S", "--storage", "sqlite:///sub"), r"cannot open storage",
                                setup=lambda d: (d / "sub").mkdir()),
 }

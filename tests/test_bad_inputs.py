@@ -19,6 +19,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.trial import TrialState
 
 from autotune.cli import main
 from autotune.record import study as record_study
@@ -101,6 +102,17 @@ def autotunes_study(directory: Path) -> None:
     """The study file's own study, as `autotune run` creates it (no trials yet)."""
     study = optuna.create_study(study_name="S", storage=f"sqlite:///{directory / 'S.db'}", direction="maximize")
     record_study.describe(study, "weighted", VALID, str(directory / "S.toml"))
+
+
+def interrupted_trial(directory: Path) -> None:
+    """The study with its baseline measured and trial 1 cut short by a stop request while its server started."""
+    autotunes_study(directory)
+    study = optuna.load_study(study_name="S", storage=f"sqlite:///{directory / 'S.db'}")
+    for state, attrs in ((TrialState.COMPLETE, {"baseline": True}), (TrialState.FAIL, {"reason": "interrupted"})):
+        study.add_trial(optuna.trial.create_trial(
+            state=state, value=1.0 if state == TrialState.COMPLETE else None,
+            user_attrs={**attrs, "config": {"model-path": "/m", "port": 31555},
+                        "command": ["autotune-sim", "--model-path", "/m", "--port", "31555"]}))
 
 
 def not_a_database(directory: Path) -> None:
@@ -537,6 +549,10 @@ CASES: dict[str, Case] = {
            ("api-key", '"a", "b"', "the API key autotune sends with every request"),
            ("admin-api-key", '"a", "b"', "a secret, given to the server by autotune"),
            ("speculative-adaptive-config", '"a.json"', "the adaptive server's schedule file, which autotune writes"))},
+    "apply an interrupted trial": run(("apply", "--study", "S", "--trial", "1"),
+                                      r"trial 1 was never measured \(interrupted\): apply a measured trial "
+                                      r"\(`autotune status` lists them\), or the best \(no --trial\)$",
+                                      setup=interrupted_trial),
     "storage a directory": run(("run", "--study", "S", "--storage", "sqlite:///sub"), r"cannot open storage",
                                setup=lambda d: (d / "sub").mkdir()),
 }

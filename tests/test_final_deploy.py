@@ -17,10 +17,13 @@ import pytest
 from optuna.distributions import IntDistribution
 
 from autotune.plan import make_plan
+from autotune.record import study as record_study
 from autotune.study import load_study
-from autotune.targets.local import LocalTarget
-from autotune.tuner import RunOptions, Tuner
+from autotune.targets.local import LocalTarget, port_open
+from autotune.testing.ports import free_port
 from autotune.testing.studies import port_of, write_study
+from autotune.tuner import RunOptions, Tuner
+from tests.support.cli import run_autotune
 
 KEY = "sk-final-deploy-6610"
 STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
@@ -114,3 +117,36 @@ def test_the_final_deploy_retries_the_best_then_the_next_best(
     starts = final.count(b"server_args=") + final.count(b"crashing on purpose")
     assert starts == {0: 1, 1: 2, 2: 3, 3: 3}[failures], final[-2000:]
     assert b"'api_key': '***'" in final and KEY.encode() not in final
+
+
+@pytest.mark.parametrize("how", ["another target", "a changed server_port"])
+def test_apply_runs_the_recorded_config_on_the_target_in_force(tmp_path: Path, how: str) -> None:
+    """A config measured on target a (its command names a's port) applied on target b, or after the study file moved
+    the server to another port: the server starts on the port of the target in force, healthy, with the recorded
+    config, and nothing starts on the old port."""
+    path = write_study(tmp_path, space='[space.speculative-num-steps]\ntype = "int"\nlow = 1\nhigh = 8\n',
+                       args={"sim-time-scale": 0.002})
+    old, new = port_of(path), free_port()
+    two = f'[targets.a]\nkind = "local"\nserver_port = {old}\n[targets.b]\nkind = "local"\nserver_port = {new}\n'
+    path.write_text(path.read_text().replace(f'[target]\nkind = "local"\nserver_port = {old}\n', two))
+    measured = make_plan(load_study(str(path)), "a")
+    study = measured_study(measured, {1: 1.0, 3: 1.6})  # trial 1 (steps 3) is the best, run on a's port
+    stored = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
+    record_study.describe(stored, "weighted", path.read_text(), str(path))
+    for t in study.trials:
+        stored.add_trial(t)
+    assert f"--port {old}" in " ".join(stored.trials[1].user_attrs["command"])
+    argv = ["apply", "--study", str(path), "--target", "b"]
+    if how == "a changed server_port":
+        path.write_text(path.read_text().replace(two, f'[target]\nkind = "local"\nserver_port = {new}\n'))
+        argv = argv[:3]
+    target = LocalTarget(make_plan(load_study(str(path)), "b" if "--target" in argv else None).target, cwd=tmp_path)
+    try:
+        r = run_autotune(*argv, cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "trial 1 deployed and healthy" in r.stdout
+        info = httpx.get(f"http://127.0.0.1:{new}/server_info", timeout=5).json()
+        assert info["speculative_num_steps"] == 3 and info["port"] == new
+        assert not port_open(old), "a server was started on the port of the target the trial ran on"
+    finally:
+        target._stop_orphan()  # the server apply left running, by the pid it recorded

@@ -150,3 +150,24 @@ def test_apply_runs_the_recorded_config_on_the_target_in_force(tmp_path: Path, h
         assert not port_open(old), "a server was started on the port of the target the trial ran on"
     finally:
         target._stop_orphan()  # the server apply left running, by the pid it recorded
+
+
+def test_a_workers_final_deploy_runs_the_best_on_its_own_port(tmp_path: Path) -> None:
+    """The best config of a study of two targets was measured by the worker on a: the worker on b leaves it running
+    on b's port (its recorded command names a's)."""
+    path = write_study(tmp_path, space='[space.speculative-num-steps]\ntype = "int"\nlow = 1\nhigh = 8\n',
+                       args={"sim-time-scale": 0.002})
+    a, b = port_of(path), free_port()
+    path.write_text(path.read_text().replace(
+        f'[target]\nkind = "local"\nserver_port = {a}\n',
+        f'[targets.a]\nkind = "local"\nserver_port = {a}\n[targets.b]\nkind = "local"\nserver_port = {b}\n'))
+    study = measured_study(make_plan(load_study(str(path)), "a"), {1: 1.0, 3: 1.6})
+    plan = make_plan(load_study(str(path)), "b")
+    target = KeptLocalTarget(plan.target, cwd=tmp_path)
+    try:
+        Tuner(plan, RunOptions())._finish(study, target)
+        info = httpx.get(f"http://127.0.0.1:{b}/server_info", timeout=5).json()
+        assert info["speculative_num_steps"] == 3 and info["port"] == b
+        assert not port_open(a)
+    finally:
+        target.stop()

@@ -7,6 +7,7 @@ command is a wrapper that makes the next N starts fail: a stale server (it runs 
 the requested ones: ``wrong_args``, the infrastructure's fault) or a crash at startup (the config's fault)."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -16,8 +17,10 @@ import optuna
 import pytest
 from optuna.distributions import IntDistribution
 
+from autotune.adaptive import file_name as adaptive_file_name
 from autotune.plan import make_plan
 from autotune.record import study as record_study
+from autotune.space import ServerFile
 from autotune.study import load_study
 from autotune.targets.local import LocalTarget, port_open
 from autotune.testing.ports import free_port
@@ -171,3 +174,35 @@ def test_a_workers_final_deploy_runs_the_best_on_its_own_port(tmp_path: Path) ->
         assert not port_open(a)
     finally:
         target.stop()
+
+
+def test_apply_of_an_adaptive_server_places_its_schedule_again(tmp_path: Path) -> None:
+    """An adaptive server's schedule file is written again where the target in force reads files (here it was
+    deleted since the trial ran): the server starts with the recorded schedule."""
+    path = write_study(tmp_path, space='[space.speculative-num-steps]\ntype = "int"\nlow = 1\nhigh = 8\n',
+                       args={"sim-time-scale": 0.002})
+    plan = make_plan(load_study(str(path)))
+    rules = plan.engine.adaptive
+    assert rules is not None
+    slots = {1: [1, 3], 8: [1]}
+    name = adaptive_file_name("t", 1)
+    args = rules.deploy_args(plan.space.fixed, slots, name)
+    document = rules.document(slots)
+    candidate = plan.space.adaptive(args, ServerFile(rules.file_flag, name, json.dumps(document, indent=1)))
+    stored = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
+    record_study.describe(stored, "weighted", path.read_text(), str(path))
+    stored.add_trial(measured_study(plan, {1: 1.0}).trials[0])
+    placed = tmp_path / name  # where the trial placed it, gone now
+    stored.add_trial(optuna.trial.create_trial(value=1.2, user_attrs={
+        "adaptive": True, "params": {}, "config": candidate.args, "config_key": candidate.key,
+        "command": plan.engine.render(plan.spec.engine.command, {**candidate.args, rules.file_flag: str(placed)}),
+        "schedule": {"document": document, "file": name, "built_from": [0], "family_trial": 0, "summary": []}}))
+    target = LocalTarget(plan.target, cwd=tmp_path)
+    try:
+        r = run_autotune("apply", "--study", str(path), "--trial", "1", cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr
+        info = httpx.get(f"http://127.0.0.1:{port_of(path)}/server_info", timeout=5).json()
+        assert info["speculative_adaptive"] is True
+        assert json.loads(Path(info["speculative_adaptive_config"]).read_text()) == document
+    finally:
+        target._stop_orphan()  # the server apply left running, by the pid it recorded

@@ -7,6 +7,7 @@ server is never measured or left behind as "the best" (``wrong_args``).
 """
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -14,7 +15,7 @@ from pathlib import Path
 
 import httpx
 
-from autotune.redact import unmask_argv
+from autotune.redact import MASK
 from autotune.engines import ArgValue, Engine, ServerInfo
 from autotune.errors import TrialFailure
 from autotune.health import Ready, wait_ready
@@ -82,12 +83,28 @@ def server_info(base_url: str, engine: Engine, headers: Mapping[str, str]) -> Se
 
 
 def deploy_trial(plan: Plan, target: Target, rec: TrialRecord, log_path: Path) -> Running:
-    """Deploy a measured trial's command again and check it is healthy and runs its tuned flags."""
+    """Deploy a measured trial's config again on ``target`` (``trial_argv``) and check it is healthy and runs its
+    tuned flags."""
     config = rec.config or {}
     expect = {n: config[n] for n in plan.space.names if n in config}
-    argv = unmask_argv(list(rec.command or []), plan.spec.engine.args)  # the record holds no secrets
+    argv = trial_argv(plan, target, rec)
     return bring_up(lambda: target.deploy(argv, plan.spec.engine.env, log_path), plan.engine,
                     plan.spec.health, plan.headers, expect)
+
+
+def trial_argv(plan: Plan, target: Target, rec: TrialRecord) -> list[str]:
+    """The server command of a measured trial's effective config on the target in force: on its port (never the port
+    of the target the trial ran on, nor the port the study file named then), the secrets the record masks taken from
+    the study file, an adaptive server's schedule placed on it again, with the study file's server command."""
+    fixed = plan.space.fixed  # the study's args and the target's port
+    args = {k: fixed.get(k, v) if v == MASK else v for k, v in (rec.config or {}).items()}
+    args[plan.engine.port_flag] = fixed[plan.engine.port_flag]
+    rules, schedule = plan.engine.adaptive, rec.schedule
+    if rules is not None and schedule and rules.file_flag in args:
+        name = str(schedule["file"])
+        args[rules.file_flag] = target.place_file(name, json.dumps(schedule["document"], indent=1).encode(),
+                                                  plan.spec.directory / name)
+    return plan.engine.render(plan.spec.engine.command, args)
 
 
 def restore_original(plan: Plan, target: Target) -> None:

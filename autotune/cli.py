@@ -126,8 +126,8 @@ def run(study_name: str, trials: int | None, timeout: float | None, until: str |
     if not all_targets:
         summary = Tuner(make_plan(spec, target_name, trials), options).run()
         _next_steps(study_name)
-        if summary.stopped_by == "client_bound":
-            sys.exit(1)
+        if summary.exit_status:
+            sys.exit(summary.exit_status)
         return
     if target_name is not None:
         raise UserError("--all-targets and --target exclude each other")

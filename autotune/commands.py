@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 import optuna
-from optuna.trial import FrozenTrial
+from optuna.trial import FrozenTrial, TrialState
 
 from autotune.bench.measure import Bench
 from autotune.bringup import deploy_trial, restore_original, server_info
@@ -39,6 +39,9 @@ def apply(plan: Plan, storage: str, number: int | None = None) -> FrozenTrial:
     rec = TrialRecord.of(trial)
     if rec.command is None or rec.config is None:
         raise UserError(f"trial {rec.number} never deployed a server ({rec.reason or rec.state.name})")
+    if rec.state not in (TrialState.COMPLETE, TrialState.PRUNED):
+        raise UserError(f"trial {rec.number} was never measured ({rec.reason or rec.state.name.lower()}): apply a "
+                        "measured trial (`autotune status` lists them), or the best (no --trial)")
     _on_target(plan, lambda target: deploy_trial(plan, target, rec, plan.logs_dir / "apply.log"),
                f"trial {rec.number} did not come up")
     return trial

@@ -9,6 +9,7 @@ from pathlib import Path
 from autotune.bench.workload import load_prompts
 from autotune.engines import ArgValue, Engine, get_engine
 from autotune.errors import InvalidConfig, UserError
+from autotune.redact import is_secret
 from autotune.search.sampling import check_sampler, initial_design, startup_launches
 from autotune.search.settings import SearchSettings
 from autotune.space import Candidate, Space
@@ -71,6 +72,7 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
     if port is not None and port != target_spec.server_port:
         raise UserError(f"{spec.path}: [engine.args] {engine.port_flag} = {port} but the target's server_port is "
                         f"{target_spec.server_port}; set one of them only")
+    _refuse_owned(spec, engine)
     check_sampler(spec)
     space = Space(spec, engine, target_spec.server_port)
     valid, at_least = space.check()
@@ -82,3 +84,13 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
     return Plan(spec=spec, engine=engine, target=target_spec, space=space, baseline=baseline,
                 prompts=load_prompts(spec.workload.prompts, spec.directory), valid_configs=valid, at_least=at_least,
                 starting_points=initial_design(spec, space), budget=budget)
+
+
+def _refuse_owned(spec: StudySpec, engine: Engine) -> None:
+    """A flag the target or autotune sets (the port, the API key, the model...) is never tuned: a trial that moved it
+    would time out where autotune waits, and the sampler would learn a false failure."""
+    for p in spec.space:
+        why = engine.owner_of(p.name) or ("a secret, given to the server by autotune" if is_secret(p.name) else None)
+        if why is not None:
+            raise UserError(f"{spec.path}: [space.{p.name}]: {p.name} is {why}, not a flag to tune; set it in "
+                            "[engine.args] or the target's table")

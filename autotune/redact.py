@@ -157,22 +157,6 @@ def mask_mapping(values: Mapping[str, Any]) -> dict[str, Any]:
     return {k: mask(v) if isinstance(v, str) else v for k, v in redact_mapping(values).items()}
 
 
-def unmask_argv(argv: list[str], args: Mapping[str, Any]) -> list[str]:
-    """A stored (masked) command line made runnable again: each masked flag value taken from ``args``, the study's
-    own values of those flags."""
-    out = list(argv)
-    for i, word in enumerate(out):
-        if word == MASK and i > 0 and out[i - 1].startswith("-"):
-            value = args.get(out[i - 1].lstrip("-"))
-            if value is not None:
-                out[i] = str(value)
-        elif word.startswith("-") and word.endswith("=" + MASK):
-            name = word.split("=", 1)[0]
-            if args.get(name.lstrip("-")) is not None:
-                out[i] = f"{name}={args[name.lstrip('-')]}"
-    return out
-
-
 # -- event lines ------------------------------------------------------------------------------------------------
 
 class LogFilter(logging.Filter):

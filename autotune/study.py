@@ -337,6 +337,10 @@ def _targets(data: dict[str, Any], v: Reader) -> dict[str, TargetSpec]:
             if not FLAG_NAME.fullmatch(tname):
                 v.fail("targets", tname, "target names must be letters, digits, '_' or '-'")
             out[tname] = parse_target(tname, table, f"targets.{tname}", v)
+            same = next((o for o in out.values() if o.name != tname and o.identity == out[tname].identity), None)
+            if same is not None:
+                v.fail("targets", tname, f"is the server of [targets.{same.name}] too ({out[tname].identity}): "
+                                         "each target needs a port (or unit) of its own")
         return out
     return {"default": parse_target("default", v.table(data, "target"), "target", v)}
 

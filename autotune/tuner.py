@@ -70,8 +70,17 @@ class RunSummary:
     launches: int
     trials: int
     budget: int
-    stopped_by: str                  # budget | deadline | signal | exhausted
+    stopped_by: str                  # budget | deadline | signal | exhausted | client_bound
     best: int | None
+    signal: str | None = None        # the stop signal received, whenever it came (SIGTERM, SIGINT)
+
+    @property
+    def exit_status(self) -> int:
+        """128 + the signal's number after a stop by a signal (the target left as at any end), 1 when the measuring
+        client could not keep up, else 0."""
+        if self.signal is not None:
+            return 128 + signal.Signals[self.signal].value
+        return 1 if self.stopped_by == "client_bound" else 0
 
 
 def deadline_of(timeout: float | None, until: str | None, now: dt.datetime | None = None) -> float | None:
@@ -120,6 +129,7 @@ class Tuner:
                 self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat,
                                             on_stale=queue.stale_trial_callback)
                 refuse_foreign(self.storage, self.spec.name, self.storage_url)
+                self._refuse_other_objective()
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)
                 study = self._open_study()
@@ -132,6 +142,19 @@ class Tuner:
         finally:
             self._progress.close()
             target.close()
+
+    def _refuse_other_objective(self) -> None:
+        """A study resumed under another objective would compare values of two kinds (relative figures against
+        tokens per second): refused before anything is written."""
+        try:
+            study = optuna.load_study(study_name=self.spec.name, storage=self.storage)
+        except KeyError:
+            return
+        stored = record.study.objective(study)
+        if stored is not None and stored != self.spec.objective:
+            raise UserError(f"study {self.spec.name!r} in {redact(self.storage_url)} was created with objective = "
+                            f"{stored!r}, the study file now says {self.spec.objective!r}: put {stored!r} back, or "
+                            "give the study a new name")
 
     def _open_study(self) -> optuna.Study:
         spec = self.spec
@@ -182,23 +205,26 @@ class Tuner:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
         objective.on_start = admission.release
-        try:
-            stopped_by = self._trials(study, objective, admission)
+        try:  # the handlers stay until the target is left as promised: a first signal never cuts the end short
+            try:
+                stopped_by = self._trials(study, objective, admission)
+            except KeyboardInterrupt:
+                if objective.phase.trial is not None:
+                    queue.requeue_forced(study, objective.phase.trial)
+                raise
+            best = self._finish(study, target)
         except KeyboardInterrupt:
-            if objective.phase.trial is not None:
-                queue.requeue_forced(study, objective.phase.trial)
             log.info("forced stop: the server is left as it is")
             raise
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
-        best = self._finish(study, target)
         trials = study.get_trials(deepcopy=False)
         launches, finished = len(results.launches(trials)), len(results.finished(trials))
         log.info("study %s stopped (%s): %d/%d launches in %d trials, best %s", self.spec.name, stopped_by, launches,
                  self.budget, finished, f"trial {best.number}" if best else "none")
         return RunSummary(launches=launches, trials=finished, budget=self.budget, stopped_by=stopped_by,
-                          best=best.number if best else None)
+                          best=best.number if best else None, signal=self._stop_reason)
 
     def _trials(self, study: optuna.Study, objective: Objective, admission: AdmissionLock) -> str:
         """Run trials one after another until the budget, the deadline or a signal; returns which ended it."""
@@ -287,6 +313,8 @@ class Tuner:
             log.info("--no-restore: the server is left as the last trial left it")
             return best
         ahead = results.above_baseline(study)
+        log.info("final deploy: %s", f"the best config, trial {ahead[0].number}" if ahead else
+                 "the original config (no config beats the baseline)")
         if ahead and self._deploy_final(target, ahead[0], "best", attempts=2):
             return best
         if len(ahead) > 1 and self._deploy_final(target, ahead[1], "next-best", attempts=1):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from optuna.trial import TrialState
 
 from autotune.cli import main
 from autotune.record import study as record_study
@@ -103,6 +104,17 @@ def autotunes_study(directory: Path) -> None:
     record_study.describe(study, "weighted", VALID, str(directory / "S.toml"))
 
 
+def interrupted_trial(directory: Path) -> None:
+    """The study with its baseline measured and trial 1 cut short by a stop request while its server started."""
+    autotunes_study(directory)
+    study = optuna.load_study(study_name="S", storage=f"sqlite:///{directory / 'S.db'}")
+    for state, attrs in ((TrialState.COMPLETE, {"baseline": True}), (TrialState.FAIL, {"reason": "interrupted"})):
+        study.add_trial(optuna.trial.create_trial(
+            state=state, value=1.0 if state == TrialState.COMPLETE else None,
+            user_attrs={**attrs, "config": {"model-path": "/m", "port": 31555},
+                        "command": ["autotune-sim", "--model-path", "/m", "--port", "31555"]}))
+
+
 def not_a_database(directory: Path) -> None:
     (directory / "junk.db").write_bytes(b"this is no database\n" * 100)
 
@@ -183,6 +195,10 @@ CASES: dict[str, Case] = {
                                        pattern=r"\[targets\] b\\n: target names must be"),
     "target name with a dash first": Case(MULTI.replace("[targets.b]", '[targets."-b"]'),
                                           pattern=r"\[targets\] -b: target names must be"),
+    "two local targets on one port": Case(MULTI.replace("server_port = 31556", "server_port = 31555"),
+                                          ("validate", "--study", "S"),
+                                          r"\[targets\] b: is the server of \[targets\.a\] too \(local:31555\): each "
+                                          r"target needs a port \(or unit\) of its own"),
     "several targets, none chosen": Case(MULTI, pattern=r"several targets \(a, b\); choose one with --target"),
     "target env name": Case(target_key('env = { "1X" = "y" }'), pattern=r"\[target\.env\] 1X: environment variable"),
     "target env name with a newline": Case(target_key('env = { "X\\n" = "y" }'),
@@ -520,6 +536,23 @@ CASES: dict[str, Case] = {
     "storage not a database": run(("status", "--study", "S", "--storage", "sqlite:///junk.db"),
                                   r"cannot open storage sqlite:///.*junk\.db: file is not a database",
                                   setup=not_a_database),
+    "study resumed under another objective": Case(study_key('objective = "single"'), setup=autotunes_study,
+                                                  pattern=r"study 'S' in sqlite:///.*S\.db was created with objective "
+                                                          r"= 'weighted', the study file now says 'single': put "
+                                                          r"'weighted' back, or give the study a new name$"),
+    **{f"[space.{flag}]": Case(space(f'[space.{flag}]\ntype = "categorical"\nchoices = [{value}]'),
+                               ("validate", "--study", "S"), rf"\[space\.{flag}\]: {flag} is {why}, not a flag to tune")
+       for flag, value, why in (
+           ("port", "31555, 31556", "the server's port, which the target's server_port sets"),
+           ("host", '"127.0.0.1", "0.0.0.0"', "the address autotune reaches the server at"),
+           ("model-path", '"/m", "/n"', "the model the study measures"),
+           ("api-key", '"a", "b"', "the API key autotune sends with every request"),
+           ("admin-api-key", '"a", "b"', "a secret, given to the server by autotune"),
+           ("speculative-adaptive-config", '"a.json"', "the adaptive server's schedule file, which autotune writes"))},
+    "apply an interrupted trial": run(("apply", "--study", "S", "--trial", "1"),
+                                      r"trial 1 was never measured \(interrupted\): apply a measured trial "
+                                      r"\(`autotune status` lists them\), or the best \(no --trial\)$",
+                                      setup=interrupted_trial),
     "storage a directory": run(("run", "--study", "S", "--storage", "sqlite:///sub"), r"cannot open storage",
                                setup=lambda d: (d / "sub").mkdir()),
 }

@@ -92,7 +92,7 @@ def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Pat
     sent = time.monotonic()
     proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=60)
-    assert proc.returncode == 0, err
+    assert proc.returncode == 128 + signal.SIGTERM, err  # stopped by a signal, as a shell reports one
     assert time.monotonic() - sent < 30
     assert "SIGTERM received: stopping at the next safe point" in out
     assert re.search(r"trial 2 failed: interrupted .*; its config is queued again", out)

@@ -7,6 +7,7 @@ command is a wrapper that makes the next N starts fail: a stale server (it runs 
 the requested ones: ``wrong_args``, the infrastructure's fault) or a crash at startup (the config's fault)."""
 from __future__ import annotations
 
+import json
 import logging
 import sys
 from pathlib import Path
@@ -16,11 +17,16 @@ import optuna
 import pytest
 from optuna.distributions import IntDistribution
 
+from autotune.adaptive import file_name as adaptive_file_name
 from autotune.plan import make_plan
+from autotune.record import study as record_study
+from autotune.space import ServerFile
 from autotune.study import load_study
-from autotune.targets.local import LocalTarget
-from autotune.tuner import RunOptions, Tuner
+from autotune.targets.local import LocalTarget, port_open
+from autotune.testing.ports import free_port
 from autotune.testing.studies import port_of, write_study
+from autotune.tuner import RunOptions, Tuner
+from tests.support.cli import run_autotune
 
 KEY = "sk-final-deploy-6610"
 STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
@@ -114,3 +120,89 @@ def test_the_final_deploy_retries_the_best_then_the_next_best(
     starts = final.count(b"server_args=") + final.count(b"crashing on purpose")
     assert starts == {0: 1, 1: 2, 2: 3, 3: 3}[failures], final[-2000:]
     assert b"'api_key': '***'" in final and KEY.encode() not in final
+
+
+@pytest.mark.parametrize("how", ["another target", "a changed server_port"])
+def test_apply_runs_the_recorded_config_on_the_target_in_force(tmp_path: Path, how: str) -> None:
+    """A config measured on target a (its command names a's port) applied on target b, or after the study file moved
+    the server to another port: the server starts on the port of the target in force, healthy, with the recorded
+    config, and nothing starts on the old port."""
+    path = write_study(tmp_path, space='[space.speculative-num-steps]\ntype = "int"\nlow = 1\nhigh = 8\n',
+                       args={"sim-time-scale": 0.002})
+    old, new = port_of(path), free_port()
+    two = f'[targets.a]\nkind = "local"\nserver_port = {old}\n[targets.b]\nkind = "local"\nserver_port = {new}\n'
+    path.write_text(path.read_text().replace(f'[target]\nkind = "local"\nserver_port = {old}\n', two))
+    measured = make_plan(load_study(str(path)), "a")
+    study = measured_study(measured, {1: 1.0, 3: 1.6})  # trial 1 (steps 3) is the best, run on a's port
+    stored = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
+    record_study.describe(stored, "weighted", path.read_text(), str(path))
+    for t in study.trials:
+        stored.add_trial(t)
+    assert f"--port {old}" in " ".join(stored.trials[1].user_attrs["command"])
+    argv = ["apply", "--study", str(path), "--target", "b"]
+    if how == "a changed server_port":
+        path.write_text(path.read_text().replace(two, f'[target]\nkind = "local"\nserver_port = {new}\n'))
+        argv = argv[:3]
+    target = LocalTarget(make_plan(load_study(str(path)), "b" if "--target" in argv else None).target, cwd=tmp_path)
+    try:
+        r = run_autotune(*argv, cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr
+        assert "trial 1 deployed and healthy" in r.stdout
+        info = httpx.get(f"http://127.0.0.1:{new}/server_info", timeout=5).json()
+        assert info["speculative_num_steps"] == 3 and info["port"] == new
+        assert not port_open(old), "a server was started on the port of the target the trial ran on"
+    finally:
+        target._stop_orphan()  # the server apply left running, by the pid it recorded
+
+
+def test_a_workers_final_deploy_runs_the_best_on_its_own_port(tmp_path: Path) -> None:
+    """The best config of a study of two targets was measured by the worker on a: the worker on b leaves it running
+    on b's port (its recorded command names a's)."""
+    path = write_study(tmp_path, space='[space.speculative-num-steps]\ntype = "int"\nlow = 1\nhigh = 8\n',
+                       args={"sim-time-scale": 0.002})
+    a, b = port_of(path), free_port()
+    path.write_text(path.read_text().replace(
+        f'[target]\nkind = "local"\nserver_port = {a}\n',
+        f'[targets.a]\nkind = "local"\nserver_port = {a}\n[targets.b]\nkind = "local"\nserver_port = {b}\n'))
+    study = measured_study(make_plan(load_study(str(path)), "a"), {1: 1.0, 3: 1.6})
+    plan = make_plan(load_study(str(path)), "b")
+    target = KeptLocalTarget(plan.target, cwd=tmp_path)
+    try:
+        Tuner(plan, RunOptions())._finish(study, target)
+        info = httpx.get(f"http://127.0.0.1:{b}/server_info", timeout=5).json()
+        assert info["speculative_num_steps"] == 3 and info["port"] == b
+        assert not port_open(a)
+    finally:
+        target.stop()
+
+
+def test_apply_of_an_adaptive_server_places_its_schedule_again(tmp_path: Path) -> None:
+    """An adaptive server's schedule file is written again where the target in force reads files (here it was
+    deleted since the trial ran): the server starts with the recorded schedule."""
+    path = write_study(tmp_path, space='[space.speculative-num-steps]\ntype = "int"\nlow = 1\nhigh = 8\n',
+                       args={"sim-time-scale": 0.002})
+    plan = make_plan(load_study(str(path)))
+    rules = plan.engine.adaptive
+    assert rules is not None
+    slots = {1: [1, 3], 8: [1]}
+    name = adaptive_file_name("t", 1)
+    args = rules.deploy_args(plan.space.fixed, slots, name)
+    document = rules.document(slots)
+    candidate = plan.space.adaptive(args, ServerFile(rules.file_flag, name, json.dumps(document, indent=1)))
+    stored = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
+    record_study.describe(stored, "weighted", path.read_text(), str(path))
+    stored.add_trial(measured_study(plan, {1: 1.0}).trials[0])
+    placed = tmp_path / name  # where the trial placed it, gone now
+    stored.add_trial(optuna.trial.create_trial(value=1.2, user_attrs={
+        "adaptive": True, "params": {}, "config": candidate.args, "config_key": candidate.key,
+        "command": plan.engine.render(plan.spec.engine.command, {**candidate.args, rules.file_flag: str(placed)}),
+        "schedule": {"document": document, "file": name, "built_from": [0], "family_trial": 0, "summary": []}}))
+    target = LocalTarget(plan.target, cwd=tmp_path)
+    try:
+        r = run_autotune("apply", "--study", str(path), "--trial", "1", cwd=tmp_path, timeout=120)
+        assert r.returncode == 0, r.stderr
+        info = httpx.get(f"http://127.0.0.1:{port_of(path)}/server_info", timeout=5).json()
+        assert info["speculative_adaptive"] is True
+        assert json.loads(Path(info["speculative_adaptive_config"]).read_text()) == document
+    finally:
+        target._stop_orphan()  # the server apply left running, by the pid it recorded

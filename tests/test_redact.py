@@ -39,7 +39,6 @@ def test_a_command_line_keeps_its_shape() -> None:
     argv = ["sglang", "--api-key", "k-123", "--enable-auth", "--port", "30000", "--hf-token=t-456"]
     masked = redact.redact_argv(argv)
     assert masked == ["sglang", "--api-key", "***", "--enable-auth", "--port", "30000", "--hf-token=***"]
-    assert redact.unmask_argv(masked, {"api-key": "k-123", "hf-token": "t-456"}) == argv
 
 
 def test_urls_lose_their_passwords() -> None:

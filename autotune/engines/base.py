@@ -10,7 +10,7 @@ import json
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -114,6 +114,9 @@ class Engine(ABC):
     plot_params: tuple[str, ...] = ()
     #: how the engine runs an adaptive speculative schedule (None: it has no such mode)
     adaptive: AdaptiveRules | None = None
+    #: flags set once for the whole study, never tuned (beyond the port, the API key and the schedule file): each
+    #: with why, as `autotune validate` says it
+    fixed_flags: ClassVar[dict[str, str]] = {}
     #: the key of a stream event's cumulative completion-token count (the load generator reads it by position)
     stream_tokens_key: str = ""
     #: the key of a stream's last event that holds the server's own timing of the request in seconds ("": none)
@@ -147,6 +150,16 @@ class Engine(ABC):
         a boundary with it: a config at least as large as one that ran out of memory in every one of these flags
         (and equal in the rest) runs out too, and one at most as large as a config that fitted fits."""
         return ()
+
+    def owner_of(self, flag: str) -> str | None:
+        """Why ``flag`` is no flag to tune: what the target or autotune sets through it (None: it can be tuned)."""
+        if flag == self.port_flag:
+            return "the server's port, which the target's server_port sets"
+        if flag == self.api_key_flag:
+            return "the API key autotune sends with every request"
+        if self.adaptive is not None and flag == self.adaptive.file_flag:
+            return "the adaptive server's schedule file, which autotune writes"
+        return self.fixed_flags.get(flag)
 
     def draft_tree(self, args: Mapping[str, ArgValue]) -> tuple[int, int, int] | None:
         """A speculative config's draft tree as the server runs it, (steps, topk, draft tokens), for the search's

@@ -166,6 +166,11 @@ class LlamaCpp(Engine):
     #: does not know to "crashed"; see the note in fatal_reason)
     fatal_kinds = ("port_busy", "oom", "invalid_args", "crashed")
     short_prefixes = ("spec-",)
+    fixed_flags: ClassVar[dict[str, str]] = {
+        "host": "the address autotune reaches the server at",
+        **dict.fromkeys(_ALIASES["model"], "the model the study measures"),
+        "api-key-file": "the API keys autotune sends with every request",
+    }
 
     # -- config rules --------------------------------------------------------------------------------------------
 

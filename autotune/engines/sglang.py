@@ -10,7 +10,7 @@ import json
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 import httpx
 
@@ -62,6 +62,10 @@ class SGLang(Engine):
     short_prefixes = ("speculative-num-", "speculative-eagle-", "speculative-")
     plot_params = TREE_ARGS[:2]
     adaptive = SGLangAdaptive()
+    fixed_flags: ClassVar[dict[str, str]] = {
+        "host": "the address autotune reaches the server at",
+        "model-path": "the model the study measures", "model": "the model the study measures",
+    }
 
     def resolve(self, args: Mapping[str, ArgValue]) -> Args:
         out: Args = dict(args)

@@ -29,7 +29,8 @@ class TrialRecord:
     number: int
     state: TrialState
     values: list[float] | None
-    #: the tuned flags as the server ran them (else what the sampler suggested)
+    #: the tuned flags as the server ran them (else what the sampler suggested, without its internal parameters:
+    #: a dependent flag's fill fraction, ``NAME.fill``; flag names hold no dot)
     params: dict[str, ArgValue]
     constraints: dict[str, float]
     roles: tuple[str, ...] = ()
@@ -64,7 +65,8 @@ class TrialRecord:
         a = t.user_attrs
         return cls(
             number=t.number, state=t.state, values=list(t.values) if t.values is not None else None,
-            params=dict(a.get("params") or t.params), constraints=dict(t.constraints),
+            params=dict(a.get("params") or {k: v for k, v in t.params.items() if "." not in k}),
+            constraints=dict(t.constraints),
             roles=tuple(r for r in ROLES if a.get(r)), retry_of=_int(a.get("retry_of")), target=a.get("target"),
             origin=a.get("origin"),
             worker=a.get("worker"), config=a.get("config"), config_key=a.get("config_key"),
@@ -103,7 +105,7 @@ class TrialRecord:
             return str(self._reason)
         if self.state == TrialState.FAIL:
             return "stale"  # its tuner died in the middle of it
-        if self.state == TrialState.RUNNING or self.feasible:
+        if self.state in (TrialState.RUNNING, TrialState.WAITING) or self.feasible:
             return None
         return "constraints"
 

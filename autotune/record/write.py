@@ -112,11 +112,14 @@ def queued(role: str, origin: str | None = None) -> dict[str, Any]:
 
 
 def retried(trial: FrozenTrial) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The (user attrs, system attrs) of a new trial that repeats ``trial``: its role and origin and the sampler's own
-    records of it (a grid trial keeps its grid point), never the attempt's outcome: its failure, and its constraint
-    values (Optuna keeps the first value a trial sets, so a copied one would stand for the retry's own)."""
+    """The (user attrs, system attrs) of a new trial that repeats ``trial``: its role and origin, its flags' values
+    and the sampler's own records of it (a grid trial keeps its grid point), never the attempt's outcome: its
+    failure, and its constraint values (Optuna keeps the first value a trial sets, so a copied one would stand for
+    the retry's own)."""
     attrs: dict[str, Any] = {"retry_of": trial.number}
     attrs.update({k: True for k in ROLES if trial.user_attrs.get(k)})
+    if "params" in trial.user_attrs:  # the server flags the attempt ran, for `status` while the retry waits
+        attrs["params"] = trial.user_attrs["params"]
     if "origin" in trial.user_attrs:
         attrs["origin"] = trial.user_attrs["origin"]
     kept = {k: v for k, v in trial.system_attrs.items() if k != "fail_reason" and not k.startswith("constraints:")}

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -17,7 +19,7 @@ from autotune.study import load_study
 from autotune.targets.process import ProcessTarget
 from autotune.testing.ports import free_port
 from autotune.testing.sshd import SSHServer
-from tests.support.cli import finished_ok, kept, run_autotune, status
+from tests.support.cli import finished_ok, kept, run_autotune, status, wait_for_line
 from tests.support.ssh import children, cmdline, main_pid, remote_study, stand_in, wait_for
 
 ENGINE = SGLang()
@@ -125,5 +127,49 @@ def test_study_survives_a_connection_cut(private_sshd: SSHServer, tmp_path: Path
     try:
         assert httpx.get(target.base_url() + READY, timeout=10).status_code == 200
     finally:
+        target.stop()
+        target.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum, to_group", [(signal.SIGTERM, False), (signal.SIGINT, True)])
+def test_a_signal_during_the_final_deploy_leaves_the_best_running(sshd: SSHServer, tmp_path: Path,
+                                                                   signum: int, to_group: bool) -> None:
+    """A stop request during the final deploy (SIGTERM from systemd, or Ctrl-C, which a terminal sends to the whole
+    process group) does not cut it short: the config it deploys is left running and healthy, then the tuner exits
+    128 + the signal's number."""
+    study = remote_study(tmp_path, sshd, trials=2)
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+    spec = load_study(str(study)).target()
+    target = ProcessTarget(spec)
+    try:
+        wait_for_line(tmp_path / "t.log", r"final deploy: ", proc, timeout=240)
+        time.sleep(0.3)
+        if to_group:
+            os.killpg(proc.pid, signum)
+        else:
+            proc.send_signal(signum)
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 128 + signum, err + out
+        assert "Traceback" not in err
+        name = signal.Signals(signum).name
+        assert f"{name} received: stopping at the next safe point" in out
+        text = (tmp_path / "t.log").read_text()
+        assert re.search(r"left running the best config: trial \d+|restored the original config: healthy", text), text
+        # the tuner has exited; the target runs what the log says, healthy
+        assert httpx.get(target.base_url() + READY, timeout=10).status_code == 200
+        record = json.loads(Path(target.pid_file).read_text())
+        running = cmdline(children(record["pgid"])[0])
+        if "left running the best config" in text:
+            best = json.loads(run_autotune("best", "--study", str(study), "--json").stdout)
+            assert running == best["command"]
+        else:
+            baseline = next(t for t in status(study)["trials"] if t["baseline"] and t["command"])
+            assert running == baseline["command"]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
         target.stop()
         target.close()

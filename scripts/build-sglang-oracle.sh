@@ -31,11 +31,13 @@ dest="$cache_root/sglang-oracle"
 venv="$dest/venv"
 python="$venv/bin/python"
 stamp="$dest/oracle.build"
-want_stamp="sglang==$version torch==$torch_version torchvision-stand-in 2"
+want_stamp="sglang==$version torch==$torch_version torchvision-stand-in 2 deps 2"
 
-# The packages importing sglang.srt.server_args needs (found by importing it in a bare venv until it imports).
+# The packages resolution imports (found by resolving configs in a bare venv until they resolve): server_args's, then
+# openai, partial-json-parser and einops, which DFLASH's and DSPARK's draft-config readers import.
 import_deps=(numpy orjson psutil pybase64 requests packaging pillow starlette msgspec pydantic pyzmq tqdm IPython
-    aiohttp transformers dill apache-tvm-ffi sentencepiece gguf compressed-tensors triton)
+    aiohttp transformers dill apache-tvm-ffi sentencepiece gguf compressed-tensors triton openai partial-json-parser
+    einops)
 
 # The check a cached venv must pass (quick: the package is there at the right version) and the one a new build must
 # pass (ServerArgs resolves a speculative config for a directory holding only a config.json, as an H100 would).

@@ -94,7 +94,7 @@ class Oracle:
     def __init__(self, timeout: float = 300.0) -> None:
         python = oracle_python()
         self.timeout = timeout
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - the process writes it until close()
         env = {**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}
         env.pop("PYTHONPATH", None)
         self._proc = subprocess.Popen(

@@ -28,6 +28,8 @@ from tests.support.sglang_configs import GPUS, Case, draw
 pytestmark = pytest.mark.slow
 
 CONFIGS = 500
+#: SGLang's automatic (steps, topk, draft tokens) by architecture, as an emulator profile of the model states it
+AUTO_SPECULATIVE = {"LlamaForCausalLM": (5, 4, 8), "DeepseekV3ForCausalLM": (3, 1, 4)}
 FIELDS = {"speculative-num-steps": "speculative_num_steps", "speculative-eagle-topk": "speculative_eagle_topk",
           "speculative-num-draft-tokens": "speculative_num_draft_tokens", "page-size": "page_size",
           "attention-backend": "attention_backend", "prefill-attention-backend": "prefill_attention_backend"}
@@ -133,7 +135,8 @@ def emulated(case: Case, argv: list[str]) -> tuple[dict[str, Any] | None, str | 
     base = load_profile("llama8b")
     profile = dataclasses.replace(
         base,
-        model=dataclasses.replace(base.model, architecture=case.platform.architecture),
+        model=dataclasses.replace(base.model, architecture=case.platform.architecture,
+                                  auto_speculative=AUTO_SPECULATIVE[case.platform.architecture]),
         hardware=dataclasses.replace(base.hardware, gpu_name=GPUS[case.gpu]),
     )
     ns = build_parser().parse_args(argv)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -226,6 +226,11 @@ class Engine(ABC):
     @abstractmethod
     def fatal_reason(self, line: str) -> str | None:
         """The kind of failure a server log line proves (one of ``fatal_kinds``), or None for an ordinary line."""
+
+    def fatal_lines(self, lines: Iterable[str]) -> list[tuple[str, str]]:
+        """The fatal lines of a server log in order, as (kind, line): ``fatal_reason`` of each line, unless the
+        engine knows a line's meaning depends on the lines before it."""
+        return [(reason, line.strip()) for line in lines if (reason := self.fatal_reason(line))]
 
     def exit_reason(self, returncode: int) -> str:
         """The failure reason for a server that exited with ``returncode`` before it was ready."""

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,8 +37,13 @@ TREE_ARGS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num
 PAGED_TOPK_BACKENDS = ("flashinfer", "fa3", "triton")
 
 _FATAL: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"Not enough memory|out of memory|OutOfMemoryError|no GPU memory for the KV cache|"
-                r"too small to serve any requests|increase --mem-fraction-static", re.IGNORECASE), "oom"),
+    # torch's and CUDA's out-of-memory errors, SGLang's KV pool too small ("Not enough memory ...") and its
+    # allocation failures; not any "out of memory" (DeepGEMM's warm-up WARNING "... reducing max_m to N to avoid out
+    # of memory" is a healthy FP8 server adapting)
+    (re.compile(r"Not enough memory|CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|"
+                r"out of memory\. Try to lower your batch size|runs out of memory\. Please set|"
+                r"no GPU memory for the KV cache|too small to serve any requests|increase --mem-fraction-static",
+                re.IGNORECASE), "oom"),
     (re.compile(r"selected index k out of range"), "invalid_args"),
     (re.compile(r"error: (unrecognized arguments|argument --|ambiguous option)"), "invalid_args"),
     # a traceback through SGLang's argument resolution: the arguments were rejected
@@ -50,6 +55,9 @@ _FATAL: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Initialization failed\. warmup error"), "crashed"),
     (re.compile(r"^Traceback \(most recent call last\)"), "crashed"),
 ]
+#: a line SGLang's logger starts a record with: "[2026-12-02 10:00:00 TP0] msg"
+_RECORD = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\] ")
+_TRACEBACK = "Traceback (most recent call last):"
 
 DRAFT_TOKENS = TREE_ARGS[2]
 NGRAM_BREADTH = "speculative-ngram-max-bfs-breadth"
@@ -192,6 +200,23 @@ class SGLang(Engine):
             if pattern.search(_strip_prefix(line)):
                 return reason
         return None
+
+    def fatal_lines(self, lines: Iterable[str]) -> list[tuple[str, str]]:
+        """As ``fatal_reason`` line by line, except for the head of a traceback printed right under an ordinary log
+        record: that is ``logger.warning(..., exc_info=True)`` (e.g. "post-warmup freeze_gc failed"), part of the
+        record and not a crash by itself (its other lines are read as usual: a rejected argument's frame, an
+        out-of-memory error). A traceback under anything else ("Process SpawnProcess-1:", a fatal record, the
+        start of the log) is Python's report of an exception that ended something: a crash."""
+        out: list[tuple[str, str]] = []
+        previous = ""
+        for line in lines:
+            reason = self.fatal_reason(line)
+            if reason and line.startswith(_TRACEBACK) and _RECORD.match(previous) and not self.fatal_reason(previous):
+                reason = None
+            if reason:
+                out.append((reason, line.strip()))
+            previous = line
+        return out
 
     def server_info(self, client: httpx.Client) -> ServerInfo:
         r = client.get("/server_info")

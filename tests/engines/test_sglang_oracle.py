@@ -69,7 +69,11 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Case, list[st
     try:
         oracle = Oracle()
     except OracleMissing as e:
-        pytest.fail(str(e), pytrace=False)
+        missing = str(e)
+    else:
+        missing = ""
+    if missing:
+        pytest.fail(missing, pytrace=False)
     with oracle:
         for _ in range(CONFIGS):
             case = draw(rng)

@@ -47,7 +47,7 @@ def draw(rng: random.Random) -> Case:
     roll = rng.random()
     steps, topk = rng.randint(1, 6), rng.choice((1, 1, 2, 2, 3, 4, 8))
     capacity = topk + (steps - 1) * topk * topk + 1
-    draft = rng.randint(2, min(capacity, 64)) if rng.random() < 0.85 else rng.randint(2, 80)
+    draft = rng.randint(1, min(capacity, 64)) if rng.random() < 0.85 else rng.randint(1, 80)
     tree = dict(zip(TREE, (steps, topk, draft), strict=True))
     if roll < 0.75:
         args.update(tree)

@@ -7,6 +7,7 @@ generation and read per-request figures from the response. Everything engine-spe
 from __future__ import annotations
 
 import json
+import re
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -95,6 +96,41 @@ class AdaptiveRules(ABC):
         """The config that runs the schedule written to ``path`` on top of ``family``."""
 
 
+def gpu_kind(name: str) -> str | None:
+    """The platform an engine's rules know a GPU by, from its name as nvidia-smi prints it: the model number
+    ("NVIDIA H100 80GB HBM3" -> "H100", "NVIDIA B200" -> "B200", "NVIDIA GeForce RTX 4090" -> "RTX 4090"); None for
+    an empty name."""
+    words = name.replace("NVIDIA", " ").split()
+    for word in words:
+        if re.fullmatch(r"G?[A-Z]{1,2}\d{2,4}[A-Z]?", word):
+            return word
+    return " ".join(w for w in words if w not in ("GeForce", "Tesla")) or None
+
+
+@dataclass(frozen=True)
+class HostQuestion:
+    """How to ask the engine installed on a target to resolve a config itself (targets/programs/engine_resolve.py
+    documents the request): run with the python of ``launcher``."""
+
+    launcher: str
+    request: dict[str, Any]
+
+
+class HostResolution(ABC):
+    """How an engine that can resolve its arguments without starting (SGLang's ``resolve_once``) is asked about a
+    config on the target itself, with the target's own engine version, model and GPU."""
+
+    @abstractmethod
+    def question(self, command: Sequence[str], flags: Sequence[str]) -> HostQuestion | str:
+        """The question for the server command ``command`` started with ``flags`` (rendered), or why a server
+        started by ``command`` cannot be asked (not the engine's own launcher)."""
+
+    @abstractmethod
+    def effective(self, args: Mapping[str, ArgValue], values: Mapping[str, Any]) -> Args:
+        """``args`` as the engine resolved them (``values``: its resolved fields): each flag of ``args`` with the
+        value the server will run."""
+
+
 class Engine(ABC):
     """One serving engine's rules, endpoints and formats."""
 
@@ -114,15 +150,19 @@ class Engine(ABC):
     plot_params: tuple[str, ...] = ()
     #: how the engine runs an adaptive speculative schedule (None: it has no such mode)
     adaptive: AdaptiveRules | None = None
+    #: how the engine on a target is asked to resolve a config before a launch (None: it cannot be asked)
+    host: HostResolution | None = None
     #: the key of a stream event's cumulative completion-token count (the load generator reads it by position)
     stream_tokens_key: str = ""
     #: the key of a stream's last event that holds the server's own timing of the request in seconds ("": none)
     stream_seconds_key: str = ""
 
     @abstractmethod
-    def resolve(self, args: Mapping[str, ArgValue]) -> Args:
+    def resolve(self, args: Mapping[str, ArgValue], platform: str | None = None) -> Args:
         """The config the engine would really run for ``args``: its rewrites applied, its defaults made explicit
-        where they matter for comparing configs. Raises ``InvalidConfig`` for a config the engine rejects."""
+        where they matter for comparing configs. Raises ``InvalidConfig`` for a config the engine rejects.
+        ``platform``: the target's GPU (``gpu_kind``: "H100", "B200", ...) when known, for defaults that depend
+        on it."""
 
     def depends_on(self, name: str) -> tuple[str, ...]:
         """The flags that decide which values of ``name`` the engine accepts (``valid_range``); () for a flag whose

@@ -169,7 +169,7 @@ class LlamaCpp(Engine):
 
     # -- config rules --------------------------------------------------------------------------------------------
 
-    def resolve(self, args: Mapping[str, ArgValue]) -> Args:
+    def resolve(self, args: Mapping[str, ArgValue], platform: str | None = None) -> Args:
         """The effective config: removed flags refused, the speculative types normalised, the knobs only those types
         read kept (under one spelling, with the server's defaults made explicit), the server's own checks applied."""
         _refuse_removed(args)

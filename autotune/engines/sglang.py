@@ -16,6 +16,7 @@ import httpx
 
 from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate, ValidRange
 from autotune.engines.sglang_adaptive import SGLangAdaptive
+from autotune.engines.sglang_host import SGLangHost
 from autotune.engines.secret_args import OffCommandLine, SecretFile, flags_with_values, without
 from autotune.errors import InvalidConfig
 
@@ -62,8 +63,9 @@ class SGLang(Engine):
     short_prefixes = ("speculative-num-", "speculative-eagle-", "speculative-")
     plot_params = TREE_ARGS[:2]
     adaptive = SGLangAdaptive()
+    host = SGLangHost()
 
-    def resolve(self, args: Mapping[str, ArgValue]) -> Args:
+    def resolve(self, args: Mapping[str, ArgValue], platform: str | None = None) -> Args:
         out: Args = dict(args)
         algo = out.get("speculative-algorithm")
         if algo is None:

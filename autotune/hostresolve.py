@@ -67,11 +67,12 @@ class HostResolver:
 
     def effective(self, args: Args, key: str, study: optuna.Study | None) -> Args:
         """``args`` (config key ``key``) as the engine on the target will run them; raises ``HostRejected`` with
-        its message for a config it refuses. ``args`` unchanged when it cannot answer."""
-        if self.available is False:
-            return dict(args)
+        its message for a config it refuses. The answer kept in ``study`` when it was asked before (by any worker,
+        in any run); ``args`` unchanged when it cannot answer."""
         stored = self._answers.get(key) or (record.study.host_answer(study, key) if study is not None else None)
         if stored is None:
+            if self.available is False:
+                return dict(args)
             stored = self._take(self._ask("resolve", args), args, key, study)
             if stored is None:
                 return dict(args)

@@ -68,10 +68,10 @@ def host_answer(study: optuna.Study, key: str) -> dict[str, Any] | None:
     """What the engine on the target answered when asked about the config of ``key`` before its launch
     (``set_host_answer``); None when it was never asked."""
     answer = study.user_attrs.get(_host_attr(key))
-    return answer if isinstance(answer, dict) and answer.get("key") == key else None
+    return answer if isinstance(answer, dict) and answer.get("config_key") == key else None
 
 
 def set_host_answer(study: optuna.Study, key: str, answer: Mapping[str, Any]) -> None:
     """Keep the engine's answer for the config of ``key`` (``{"answer": "resolved", "changes": {flag: value}}``
     or ``{"answer": "rejected", "message": ...}``), so that no worker, and no resumed run, asks again."""
-    study.set_user_attr(_host_attr(key), mask_mapping({**answer, "key": key}))
+    study.set_user_attr(_host_attr(key), {**mask_mapping(answer), "config_key": key})

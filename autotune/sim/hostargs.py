@@ -36,7 +36,7 @@ def apply_forced(ns: argparse.Namespace, warn) -> None:
 
 
 class _ServerArgs:
-    """What ``prepare_server_args`` returns, before 0.5.23: its rules ran at construction (none here)."""
+    """What ``prepare_server_args`` returns before 0.5.23 (fault ``old-release``): no ``resolve_once``."""
 
     def __init__(self, ns: argparse.Namespace, argv: list[str], profile: Profile) -> None:
         self._ns = ns
@@ -74,6 +74,9 @@ def _parse(argv: list[str]) -> tuple[argparse.Namespace, Profile]:
     except ProfileError as e:
         parser.error(f"argument --sim-profile: {e}")
         raise
+
+
+_ServerArgs.__name__ = _ServerArgs.__qualname__ = "ServerArgs"
 
 
 def prepare_server_args(argv: list[str]) -> _ServerArgs:

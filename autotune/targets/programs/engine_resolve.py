@@ -86,7 +86,7 @@ def ask(request):
         gpus = request.get("gpus")
         try:
             answer["gpus"] = [str(g) for g in _call(gpus)(request["args"])] if gpus else nvidia_gpus()
-        except Exception as e:  # the engine's answer below says what is wrong with it
+        except (Exception, SystemExit) as e:  # the engine's answer below says what is wrong with the args
             answer["gpus"] = []
             answer["gpus_error"] = "{}: {}".format(type(e).__name__, e)
         answer["version"] = _version(request["module"])
@@ -105,10 +105,10 @@ def ask(request):
                 server_args = factory(list(request["args"]))
             method = getattr(server_args, request["resolve"], None)
             if method is None:
-                return dict(answer, answer="unavailable", reason="{} {} has no {}.{}() (a release older than the "
-                            "one that added it)".format(request["module"].split(".")[0], answer.get("version")
-                                                         or _version(request["module"]),
-                                                         type(server_args).__name__, request["resolve"]))
+                version = answer.get("version") or _version(request["module"])
+                return dict(answer, answer="unavailable", reason="{}.{} has no {}() ({}a release older than the one "
+                            "that added it)".format(request["module"], type(server_args).__name__, request["resolve"],
+                                                    "version {}: ".format(version) if version else ""))
             method()
             values = getattr(server_args, request["result"])()
     except ImportError as e:

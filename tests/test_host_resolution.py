@@ -4,6 +4,7 @@ as what runs (and reused when that was measured), answers are kept in the study,
 said once while the rules decide. (The same through the real test sshd: tests/ssh/test_host_resolution.py.)"""
 from __future__ import annotations
 
+import ast
 import json
 import logging
 import subprocess
@@ -17,7 +18,7 @@ from autotune.engines.sglang import SGLang
 from autotune.errors import HostRejected
 from autotune.hostresolve import HostResolver
 from autotune.targets.local import LocalSpec, LocalTarget
-from autotune.targets.programs import FIND_ENGINE_PYTHON
+from autotune.targets.programs import FIND_ENGINE_PYTHON, script, source
 from autotune.testing.studies import write_study
 from tests.support.cli import run_autotune, status
 from tests.support.host_resolution import TOO_LONG, assert_host_decided, host_space
@@ -119,3 +120,16 @@ def test_the_emulator_answers_as_sglang_does(tmp_path: Path) -> None:
     assert refused["answer"] == "rejected" and "unrecognized arguments: --no-such-flag" in refused["message"]
     old = ask("--sim-fault", "old-release")
     assert old["answer"] == "unavailable" and "resolve_once" in old["reason"]
+
+
+def test_the_question_is_python_36(tmp_path: Path) -> None:
+    """It runs with whatever python the engine's launcher has: 3.6's grammar, the standard library, and an answer
+    (not a traceback) from a python without the engine."""
+    ast.parse(source("engine_resolve"), feature_version=(3, 6))
+    request = {"op": "probe", "module": "no_such_engine.server_args", "factory": "f", "resolve": "r", "result": "d",
+               "args": []}
+    done = subprocess.run([sys.executable, "-I", "-S", "-c", script("engine_resolve")], input=json.dumps(request),
+                          capture_output=True, text=True, timeout=60, env={"PATH": "/nonexistent"}, check=False)
+    answer = json.loads(done.stdout.splitlines()[-1])
+    assert answer["answer"] == "unavailable" and "No module named 'no_such_engine'" in answer["reason"], answer
+    assert answer["gpus"] == []  # no nvidia-smi on that PATH

@@ -62,6 +62,9 @@ class HostResolver:
                      f", {answer['version']}" if answer.get("version") else "")
         else:
             log.info("%s: no GPU named by the host (%s)", where, answer.get("gpus_error") or "no nvidia-smi")
+        if answer.get("answer") == "rejected":
+            log.warning("%s: the engine there refuses the study's baseline: %s", where,
+                        mask(str(answer.get("message", ""))))
         self._take(answer, args, key, None)
         return platform
 

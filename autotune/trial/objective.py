@@ -102,7 +102,7 @@ class Objective:
             write.candidate(trial, params)
             return self._infeasible(trial, "invalid_config", str(e), stage="validate")
         if self.host is not None:
-            self._phase(trial, "asking the target")
+            self._phase(trial, "resolving")  # asking the engine on the target
         decision = decide(self.plan, trial.study.get_trials(deepcopy=False), trial.number, params, baseline=baseline,
                           confirmation=confirmation, schedule=schedule, host=self.host)
         if decision.candidate is None:

@@ -50,17 +50,13 @@ def wait_ready(
                       timeout=httpx.Timeout(max(2.0, interval * 4), connect=1.0)) as client:
         while True:
             now = time.monotonic()
-            for line in deployment.read_log().splitlines():
-                reason = engine.fatal_reason(line)
-                if reason:
-                    fatal.append((reason, line.strip()))
-                    first_fatal_at = first_fatal_at or now
+            found = engine.fatal_lines(deployment.read_log().splitlines())
+            fatal += found
+            if found:
+                first_fatal_at = first_fatal_at or now
             status = deployment.exit_status()
             if status is not None:
-                for line in deployment.read_log().splitlines():
-                    reason = engine.fatal_reason(line)
-                    if reason:
-                        fatal.append((reason, line.strip()))
+                fatal += engine.fatal_lines(deployment.read_log().splitlines())
                 if fatal:
                     raise _most_specific(fatal, engine)
                 raise TrialFailure(engine.exit_reason(status),
@@ -106,7 +102,7 @@ def check_alive(deployment: Deployment, engine: Engine) -> None:
     status = deployment.exit_status()
     if status is None:
         return
-    fatal = [(r, line.strip()) for line in deployment.read_log().splitlines() if (r := engine.fatal_reason(line))]
+    fatal = engine.fatal_lines(deployment.read_log().splitlines())
     oom = [line for kind, line in fatal if kind == "oom"]
     if oom:
         raise TrialFailure("oom_under_load", oom[0][:300])

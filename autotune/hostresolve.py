@@ -7,8 +7,9 @@ before a config's first launch: seconds instead of a launch. A config it rejects
 (``HostRejected``) and costs no launch; one it rewrites runs, and is recorded, as rewritten. Every answer is kept in
 the study (``record.study.host_answer``): no worker and no resumed run asks about the same config again.
 
-At preflight the tuner asks once about the baseline, and learns the host's GPU with it (nvidia-smi there; the
-emulator's profile). A host that cannot answer (no engine on that python, an older release without the call, not
+At preflight the tuner asks once about the baseline, and learns the host's GPU and the served model's architecture
+with it (nvidia-smi and the model's config.json there; the emulator's profile): the ``Platform`` the engine's rules
+take from then on. A host that cannot answer (no engine on that python, an older release without the call, not
 the engine's launcher) is said so once, and the engine's rules decide alone for the rest of the run.
 """
 from __future__ import annotations
@@ -21,7 +22,7 @@ import optuna
 
 from autotune import record
 from autotune.engines import Args, Engine
-from autotune.engines.base import gpu_kind
+from autotune.engines.base import Platform
 from autotune.errors import HostRejected, TrialFailure
 from autotune.redact import mask, mask_mapping
 from autotune.targets.base import Target
@@ -48,25 +49,28 @@ class HostResolver:
         self.gpus: list[str] = []
         self._answers: dict[str, dict[str, Any]] = {}
 
-    def probe(self, args: Args, key: str) -> str | None:
-        """Ask about ``args`` (the baseline, config key ``key``) and read the host's GPU: the platform for the
-        engine's rules (``gpu_kind``), None when unknown. Says once when the host cannot answer."""
+    def probe(self, args: Args, key: str) -> Platform | None:
+        """Ask about ``args`` (the baseline, config key ``key``) and read the host's GPU and served model: the
+        platform for the engine's rules, None when neither is known. Says once when the host cannot answer."""
         if self.engine.host is None:
             return None
         answer = self._ask("probe", args)
         self.gpus = [str(g) for g in answer.get("gpus") or []]
-        platform = gpu_kind(self.gpus[0]) if self.gpus else None
+        platform = Platform(gpu=self.gpus[0] if self.gpus else "", compute_capability=_capability(answer),
+                            architecture=str(answer.get("architecture") or ""))
         where = f"target {self.target.name}"
         if self.gpus:
-            log.info("%s: %d x %s (platform %s)%s", where, len(self.gpus), self.gpus[0], platform,
+            log.info("%s: %d x %s (compute capability %s)%s%s", where, len(self.gpus), self.gpus[0],
+                     ".".join(map(str, platform.capability or ())) or "unknown",
+                     f", serving {platform.architecture}" if platform.architecture else "",
                      f", {answer['version']}" if answer.get("version") else "")
         else:
-            log.info("%s: no GPU named by the host (%s)", where, answer.get("gpus_error") or "no nvidia-smi")
+            log.info("%s: no GPU named by the host (%s)", where, answer.get("platform_error") or "no nvidia-smi")
         if answer.get("answer") == "rejected":
             log.warning("%s: the engine there refuses the study's baseline: %s", where,
                         mask(str(answer.get("message", ""))))
         self._take(answer, args, key, None)
-        return platform
+        return platform if platform.gpu or platform.architecture else None
 
     def effective(self, args: Args, key: str, study: optuna.Study | None) -> Args:
         """``args`` (config key ``key``) as the engine on the target will run them; raises ``HostRejected`` with
@@ -132,3 +136,12 @@ class HostResolver:
         if not isinstance(answer, dict) or "answer" not in answer:
             return {"answer": "unavailable", "reason": done.detail().removeprefix("autotune: ")}
         return answer
+
+
+def _capability(answer: dict[str, Any]) -> tuple[int, int] | None:
+    """nvidia-smi's compute_cap ("9.0") as (9, 0); None when the host did not say."""
+    try:
+        major, minor = str(answer.get("capability") or "").split(".")
+        return int(major), int(minor)
+    except ValueError:
+        return None

@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import optuna
 
 from autotune.engines import Args, ArgValue, Engine, ValidRange, config_key
+from autotune.engines.base import Platform
 from autotune.errors import InvalidConfig, UserError
 from autotune.redact import mask
 from autotune.study import ParamSpec, StudySpec
@@ -58,8 +59,9 @@ class Space:
         self.params = spec.space
         self.engine = engine
         self.fixed: Args = {**spec.engine.args, engine.port_flag: server_port}
-        #: the target's GPU as the engine's rules know it (``engines.base.gpu_kind``), once the tuner has read it
-        self.platform: str | None = None
+        #: the target's GPU and served model, once the tuner has read them (hostresolve.py): the engine's rules use
+        #: them for the defaults that depend on them
+        self.platform: Platform | None = None
         self.path = spec.path
         self.ranges = "fixed" if spec.sampler == "grid" else spec.ranges
         tuned = {p.name for p in self.params}

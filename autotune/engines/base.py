@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import re
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +24,49 @@ Args = dict[str, ArgValue]
 def config_key(args: Mapping[str, ArgValue]) -> str:
     """A canonical string for an effective config: equal configs give equal keys."""
     return json.dumps({k: args[k] for k in sorted(args)}, sort_keys=True, separators=(",", ":"))
+
+
+#: compute capabilities of GPUs by name, as nvidia-smi names them (first match wins): what a rule needs when only the
+#: name is known
+_CAPABILITIES: tuple[tuple[str, tuple[int, int]], ...] = (
+    (r"\bG?B[123]00\b", (10, 0)),                       # datacenter Blackwell: B100/B200/GB200, B300/GB300 (10.3)
+    (r"RTX PRO \d+ Blackwell|RTX 50\d0|\bGB10\b", (12, 0)),  # RTX Blackwell
+    (r"\bG?H(100|200|800|20)\b", (9, 0)),                # Hopper
+    (r"\bL40|\bL4\b|RTX 40\d0|RTX (2000|4000|4500|5000|6000) Ada", (8, 9)),  # Ada
+    (r"\bA100\b|\bA800\b|\bA30\b", (8, 0)),              # datacenter Ampere
+    (r"\bA10G?\b|\bA40\b|RTX 30\d0|RTX A\d+", (8, 6)),   # other Ampere
+)
+
+
+@dataclass(frozen=True)
+class Platform:
+    """What a server runs on and what it serves, as far as an engine's argument rules depend on them (SGLang picks its
+    attention backend, page size and speculative defaults by GPU generation and model architecture). Rules take
+    ``Platform | None``; None, or an empty field, is unknown: the rules then predict only what holds everywhere.
+
+    ``gpu`` is the name nvidia-smi prints ("NVIDIA H100 80GB HBM3"); ``compute_capability`` its compute_cap, (9, 0)
+    for "9.0", or None to look it up by the name; ``architecture`` the model's, the first of its config.json's
+    "architectures" ("LlamaForCausalLM")."""
+
+    gpu: str = ""
+    compute_capability: tuple[int, int] | None = None
+    architecture: str = ""
+
+    @property
+    def capability(self) -> tuple[int, int] | None:
+        """The compute capability, given or known from the name; None for a GPU this table does not know."""
+        if self.compute_capability is not None:
+            return self.compute_capability
+        for pattern, capability in _CAPABILITIES:
+            if re.search(pattern, self.gpu):
+                return capability
+        return None
+
+    @property
+    def major(self) -> int | None:
+        """The compute capability's major number (9 Hopper, 10 datacenter Blackwell, 12 RTX Blackwell), or None."""
+        capability = self.capability
+        return capability[0] if capability else None
 
 
 @dataclass(frozen=True)
@@ -96,17 +139,6 @@ class AdaptiveRules(ABC):
         """The config that runs the schedule written to ``path`` on top of ``family``."""
 
 
-def gpu_kind(name: str) -> str | None:
-    """The platform an engine's rules know a GPU by, from its name as nvidia-smi prints it: the model number
-    ("NVIDIA H100 80GB HBM3" -> "H100", "NVIDIA B200" -> "B200", "NVIDIA GeForce RTX 4090" -> "RTX 4090"); None for
-    an empty name."""
-    words = name.replace("NVIDIA", " ").split()
-    for word in words:
-        if re.fullmatch(r"G?[A-Z]{1,2}\d{2,4}[A-Z]?", word):
-            return word
-    return " ".join(w for w in words if w not in ("GeForce", "Tesla")) or None
-
-
 @dataclass(frozen=True)
 class HostQuestion:
     """How to ask the engine installed on a target to resolve a config itself (targets/programs/engine_resolve.py
@@ -158,11 +190,10 @@ class Engine(ABC):
     stream_seconds_key: str = ""
 
     @abstractmethod
-    def resolve(self, args: Mapping[str, ArgValue], platform: str | None = None) -> Args:
-        """The config the engine would really run for ``args``: its rewrites applied, its defaults made explicit
-        where they matter for comparing configs. Raises ``InvalidConfig`` for a config the engine rejects.
-        ``platform``: the target's GPU (``gpu_kind``: "H100", "B200", ...) when known, for defaults that depend
-        on it."""
+    def resolve(self, args: Mapping[str, ArgValue], platform: Platform | None = None) -> Args:
+        """The config the engine would really run for ``args`` on ``platform`` (None: an unknown GPU): its rewrites
+        applied, its defaults made explicit where they matter for comparing configs. Raises ``InvalidConfig`` for a
+        config the engine rejects."""
 
     def depends_on(self, name: str) -> tuple[str, ...]:
         """The flags that decide which values of ``name`` the engine accepts (``valid_range``); () for a flag whose
@@ -221,6 +252,11 @@ class Engine(ABC):
     @abstractmethod
     def fatal_reason(self, line: str) -> str | None:
         """The kind of failure a server log line proves (one of ``fatal_kinds``), or None for an ordinary line."""
+
+    def fatal_lines(self, lines: Iterable[str]) -> list[tuple[str, str]]:
+        """The fatal lines of a server log in order, as (kind, line): ``fatal_reason`` of each line, unless the
+        engine knows a line's meaning depends on the lines before it."""
+        return [(reason, line.strip()) for line in lines if (reason := self.fatal_reason(line))]
 
     def exit_reason(self, returncode: int) -> str:
         """The failure reason for a server that exited with ``returncode`` before it was ready."""

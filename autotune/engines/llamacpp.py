@@ -31,7 +31,7 @@ from typing import Any, ClassVar
 
 import httpx
 
-from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate
+from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, Platform, ServerInfo, StreamUpdate
 from autotune.engines.secret_args import OffCommandLine, flags_with_values, without
 from autotune.errors import InvalidConfig
 
@@ -169,9 +169,10 @@ class LlamaCpp(Engine):
 
     # -- config rules --------------------------------------------------------------------------------------------
 
-    def resolve(self, args: Mapping[str, ArgValue], platform: str | None = None) -> Args:
+    def resolve(self, args: Mapping[str, ArgValue], platform: Platform | None = None) -> Args:
         """The effective config: removed flags refused, the speculative types normalised, the knobs only those types
-        read kept (under one spelling, with the server's defaults made explicit), the server's own checks applied."""
+        read kept (under one spelling, with the server's defaults made explicit), the server's own checks applied.
+        llama-server's rules do not depend on the ``platform``."""
         _refuse_removed(args)
         out: Args = dict(args)
         st_name, st_value = _find(args, "spec-type")

@@ -9,12 +9,22 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
-from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, ServerInfo, StreamUpdate, ValidRange
+from autotune.engines.base import (
+    Args,
+    ArgValue,
+    Engine,
+    GenerationRequest,
+    Platform,
+    ServerInfo,
+    StreamUpdate,
+    ValidRange,
+)
 from autotune.engines.sglang_adaptive import SGLangAdaptive
 from autotune.engines.sglang_host import SGLangHost
 from autotune.engines.secret_args import OffCommandLine, SecretFile, flags_with_values, without
@@ -28,8 +38,13 @@ TREE_ARGS = ("speculative-num-steps", "speculative-eagle-topk", "speculative-num
 PAGED_TOPK_BACKENDS = ("flashinfer", "fa3", "triton")
 
 _FATAL: list[tuple[re.Pattern[str], str]] = [
-    (re.compile(r"Not enough memory|out of memory|OutOfMemoryError|no GPU memory for the KV cache|"
-                r"too small to serve any requests|increase --mem-fraction-static", re.IGNORECASE), "oom"),
+    # torch's and CUDA's out-of-memory errors, SGLang's KV pool too small ("Not enough memory ...") and its
+    # allocation failures; not any "out of memory" (DeepGEMM's warm-up WARNING "... reducing max_m to N to avoid out
+    # of memory" is a healthy FP8 server adapting)
+    (re.compile(r"Not enough memory|CUDA out of memory|CUDA error: out of memory|OutOfMemoryError|"
+                r"out of memory\. Try to lower your batch size|runs out of memory\. Please set|"
+                r"no GPU memory for the KV cache|too small to serve any requests|increase --mem-fraction-static",
+                re.IGNORECASE), "oom"),
     (re.compile(r"selected index k out of range"), "invalid_args"),
     (re.compile(r"error: (unrecognized arguments|argument --|ambiguous option)"), "invalid_args"),
     # a traceback through SGLang's argument resolution: the arguments were rejected
@@ -41,8 +56,12 @@ _FATAL: list[tuple[re.Pattern[str], str]] = [
     (re.compile(r"Initialization failed\. warmup error"), "crashed"),
     (re.compile(r"^Traceback \(most recent call last\)"), "crashed"),
 ]
+#: a line SGLang's logger starts a record with: "[2026-12-02 10:00:00 TP0] msg"
+_RECORD = re.compile(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d[^\]]*\] ")
+_TRACEBACK = "Traceback (most recent call last):"
 
 DRAFT_TOKENS = TREE_ARGS[2]
+NGRAM_BREADTH = "speculative-ngram-max-bfs-breadth"
 
 
 def tree_capacity(steps: int, topk: int) -> int:
@@ -65,45 +84,33 @@ class SGLang(Engine):
     adaptive = SGLangAdaptive()
     host = SGLangHost()
 
-    def resolve(self, args: Mapping[str, ArgValue], platform: str | None = None) -> Args:
+    def resolve(self, args: Mapping[str, ArgValue], platform: Platform | None = None) -> Args:
+        """SGLang 0.5.23's argument resolution (ServerArgs.resolve_once) for the flags the tuner sets, in its order:
+        the attention backends and page size first (arg_groups/overrides.py), then the speculative algorithm's own
+        handler (arg_groups/speculative_hook.py). docs/sglang-rules.md lists what is predicted and where the rules
+        refuse at once what SGLang accepts and fails on at start.
+
+        With ``platform`` None (or its GPU or model architecture unknown) nothing that depends on them is assumed:
+        no default attention backend, no page size it would force, no automatic draft tree; a given backend's own
+        rules still apply."""
         out: Args = dict(args)
         algo = out.get("speculative-algorithm")
         if algo is None:
             present = [a for a in TREE_ARGS if a in out]
             if present:
                 raise InvalidConfig(f"{present[0]} needs --speculative-algorithm")
-            return out
-        algo = str(algo).upper()
-        if algo not in ALGORITHMS:
-            raise InvalidConfig(f"Unknown speculative algorithm name: {algo}")
-        if algo == "NEXTN":
-            algo = "EAGLE"
-        out["speculative-algorithm"] = algo
-        if algo not in TREE_ALGORITHMS:
-            return out
-        given = [a for a in TREE_ARGS if a in out]
-        if not given:
-            return out  # SGLang picks its own (steps, topk, draft) for the model: /server_info says which
-        if len(given) != len(TREE_ARGS):
-            missing = ", ".join(f"--{a}" for a in TREE_ARGS if a not in out)
-            raise InvalidConfig(f"speculative settings are partial (missing {missing}): pass all three or none")
-        steps, topk, draft = (_positive_int(out, a) for a in TREE_ARGS)
-        if topk == 1:
-            draft = steps + 1  # SGLang overrides it with a warning
-        elif draft > tree_capacity(steps, topk):
-            raise InvalidConfig(
-                f"selected index k out of range: {draft} draft tokens exceed the tree of "
-                f"{steps} steps x topk {topk} (at most {tree_capacity(steps, topk)})"
-            )
-        if topk > 1 and int(out.get("page-size", 1)) > 1:
-            backend = str(out.get("attention-backend", "flashinfer"))
-            if backend not in PAGED_TOPK_BACKENDS:
-                raise InvalidConfig(
-                    f"topk > 1 with page_size > 1 needs attention backend flashinfer, fa3 or triton, not {backend}"
-                )
-        if topk > 1 and str(out.get("attention-backend", "")) == "trtllm_mha":
-            raise InvalidConfig("attention backend trtllm_mha supports only speculative_eagle_topk = 1")
-        out.update(zip(TREE_ARGS, (steps, topk, draft), strict=True))
+        else:
+            algo = str(algo).upper()
+            if algo not in ALGORITHMS:
+                raise InvalidConfig(f"Unknown speculative algorithm name: {algo}")
+            out["speculative-algorithm"] = algo = "EAGLE" if algo == "NEXTN" else algo
+        attention = _attention(out, algo, platform)
+        if algo in TREE_ALGORITHMS:
+            _eagle_tree(out, algo, attention, platform)
+        elif algo == "NGRAM":
+            _ngram_tree(out, attention)
+        elif algo in ("DFLASH", "DSPARK"):
+            _block_draft(out, algo)
         return out
 
     def depends_on(self, name: str) -> tuple[str, ...]:
@@ -196,6 +203,23 @@ class SGLang(Engine):
                 return reason
         return None
 
+    def fatal_lines(self, lines: Iterable[str]) -> list[tuple[str, str]]:
+        """As ``fatal_reason`` line by line, except for the head of a traceback printed right under an ordinary log
+        record: that is ``logger.warning(..., exc_info=True)`` (e.g. "post-warmup freeze_gc failed"), part of the
+        record and not a crash by itself (its other lines are read as usual: a rejected argument's frame, an
+        out-of-memory error). A traceback under anything else ("Process SpawnProcess-1:", a fatal record, the
+        start of the log) is Python's report of an exception that ended something: a crash."""
+        out: list[tuple[str, str]] = []
+        previous = ""
+        for line in lines:
+            reason = self.fatal_reason(line)
+            if reason and line.startswith(_TRACEBACK) and _RECORD.match(previous) and not self.fatal_reason(previous):
+                reason = None
+            if reason:
+                out.append((reason, line.strip()))
+            previous = line
+        return out
+
     def server_info(self, client: httpx.Client) -> ServerInfo:
         r = client.get("/server_info")
         if r.status_code == 404:
@@ -251,6 +275,167 @@ class SGLang(Engine):
         if ctx:
             out["context_len"] = int(ctx)
         return out
+
+
+#: model architectures whose attention SGLang 0.5.23 runs as MLA (configs/model_config.py), and the ones of them its
+#: DeepSeek override moves to trtllm_mla on a B200 (arg_groups/model_overrides/deepseek_v2.py); the rules know the
+#: default backend of these and of the MHA architectures below only (other models have overrides of their own)
+MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+TRTLLM_MLA_ON_SM100 = ("DeepseekV3ForCausalLM",)
+MHA_ARCHITECTURES = ("LlamaForCausalLM",)
+#: SGLang's automatic (steps, topk, draft tokens) by architecture (speculative_hook._auto_choose_speculative_params);
+#: STANDALONE always gets (3, 1, 4)
+AUTO_TREE = {"LlamaForCausalLM": (5, 4, 8), "DeepseekV2ForCausalLM": (3, 1, 4), "DeepseekV3ForCausalLM": (3, 1, 4)}
+PREFILL, DECODE, ATTENTION = "prefill-attention-backend", "decode-attention-backend", "attention-backend"
+PAGE = "page-size"
+
+
+@dataclass(frozen=True)
+class _Attention:
+    """The attention backends as resolved (None: unknown) and the GPU generation (compute capability major)."""
+
+    backend: str | None
+    prefill: str | None
+    decode: str | None
+    major: int | None
+
+    @property
+    def phases(self) -> tuple[str | None, str | None]:
+        """(prefill, decode) backends, each falling back to the base one (overrides.attention_backends_of)."""
+        return self.prefill or self.backend, self.decode or self.backend
+
+
+def _int_or_given(args: Args, name: str) -> int | None:
+    return _positive_int(args, name) if name in args else None
+
+
+def _default_backend(algo: str | None, topk: int | None, page: int | None, platform: Platform | None,
+                     phase_given: bool) -> str | None:
+    """SGLang's attention backend when none is given (model_override_base.get_default_attn_backend, and the DeepSeek
+    override when no phase's backend is given either); None when the GPU or the model is not one the rules know."""
+    major = platform.major if platform else None
+    arch = platform.architecture if platform else ""
+    if major is None or arch not in (*MLA_ARCHITECTURES, *MHA_ARCHITECTURES):
+        return None
+    if arch in MLA_ARCHITECTURES:
+        if major == 10 and arch in TRTLLM_MLA_ON_SM100 and not phase_given:
+            return "trtllm_mla"
+        return {9: "fa3", 10: "flashinfer"}.get(major, "triton")
+    topk_one = topk is None or (topk == 1 and page in (None, 1))
+    if major == 9 and topk_one:
+        return "fa3"
+    if major == 10 and topk_one and (algo is None or topk is not None or algo == "DFLASH"):
+        return "trtllm_mha"
+    return "flashinfer"
+
+
+def _attention(out: Args, algo: str | None, platform: Platform | None) -> _Attention:
+    """The attention backends and the page size (overrides.py: _attention_backend_default,
+    _mla_backend_page_constraints, _mla_kv_cache_dtype_checks, _cutedsl_prefill_backend_fill, _fa4_page_constraint,
+    _page_size_default); writes what it resolves into ``out``."""
+    major = platform.major if platform else None
+    backend, prefill, decode = (str(out[k]) if out.get(k) is not None else None for k in (ATTENTION, PREFILL, DECODE))
+    page = _int_or_given(out, PAGE)
+    topk = _int_or_given(out, TREE_ARGS[1])
+    if prefill is not None and prefill == decode:
+        backend = prefill
+    elif backend is None:
+        backend = _default_backend(algo, topk, page, platform, prefill is not None or decode is not None)
+    every = (backend, prefill, decode)
+    forced = page
+    if "flashmla" in (backend, decode):
+        forced = 64
+    if "trtllm_mla" in (backend, decode) and forced not in (32, 64):
+        forced = 64
+    if "cutedsl_mla" in every and forced not in (32, 64):
+        forced = 64
+    if "trtllm_mha" in (*every, out.get("speculative-draft-attention-backend")) and forced not in (16, 32, 64, 128):
+        forced = 64
+    if "hpc_ops" in every and forced != 64:
+        forced = 64
+    if "trtllm_mla" in (backend, decode) and major is not None and major not in (10, 11, 12):
+        raise InvalidConfig("TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x)")
+    if "cutedsl_mla" in every:
+        if prefill == "cutedsl_mla":
+            raise InvalidConfig("CuteDSL MLA only supports decoding (not --prefill-attention-backend cutedsl_mla)")
+        if major is not None and major != 10:
+            raise InvalidConfig("CuteDSL MLA backend is only supported on Blackwell GPUs (SM100)")
+        prefill = prefill or "trtllm_mla"
+    arch = platform.architecture if platform else ""
+    if "fa4" in every and arch in MHA_ARCHITECTURES and major == 10 and (topk or 0) <= 1:
+        forced = 128
+    if forced is None and backend is not None:
+        forced = 1
+    if backend is not None:
+        out[ATTENTION] = backend
+    if prefill is not None:
+        out[PREFILL] = prefill
+    if forced is not None and (PAGE in out or forced != 1):
+        out[PAGE] = forced
+    return _Attention(backend, prefill, decode, major)
+
+
+def _eagle_tree(out: Args, algo: str, attention: _Attention, platform: Platform | None) -> None:
+    """speculative_hook._handle_eagle_family: all of steps/topk/draft or none (then SGLang's automatic tree), a chain's
+    draft tokens set to steps + 1, the backends that cannot draft a tree."""
+    given = [a for a in TREE_ARGS if a in out]
+    if not given:
+        arch = platform.architecture if platform else ""
+        auto = (3, 1, 4) if algo == "STANDALONE" else AUTO_TREE.get(arch)
+        if auto is None:
+            return  # SGLang picks its own (steps, topk, draft) for the model: /server_info says which
+        out.update(zip(TREE_ARGS, auto, strict=True))
+    elif TREE_ARGS[0] not in out or TREE_ARGS[1] not in out:
+        missing = ", ".join(f"--{a}" for a in TREE_ARGS if a not in out)
+        raise InvalidConfig(f"speculative settings are partial (missing {missing}): pass all three or none")
+    steps, topk = (_positive_int(out, a) for a in TREE_ARGS[:2])
+    if topk > 1 and "trtllm_mha" in attention.phases:
+        raise InvalidConfig("attention backend trtllm_mha supports only speculative_eagle_topk = 1")
+    if topk == 1:
+        draft = steps + 1  # SGLang overrides it with a warning
+    elif DRAFT_TOKENS not in out:
+        raise InvalidConfig(f"speculative settings are partial (missing --{DRAFT_TOKENS}): pass all three or none")
+    else:
+        draft = _positive_int(out, DRAFT_TOKENS)
+        if draft > tree_capacity(steps, topk):
+            raise InvalidConfig(
+                f"selected index k out of range: {draft} draft tokens exceed the tree of "
+                f"{steps} steps x topk {topk} (at most {tree_capacity(steps, topk)})"
+            )
+    page = int(out.get(PAGE, 1))
+    if topk > 1 and page > 1 and attention.backend is not None and attention.backend not in PAGED_TOPK_BACKENDS:
+        raise InvalidConfig(
+            f"topk > 1 with page_size > 1 needs attention backend flashinfer, fa3 or triton, not {attention.backend}"
+        )
+    out.update(zip(TREE_ARGS, (steps, topk, draft), strict=True))
+
+
+def _ngram_tree(out: Args, attention: _Attention) -> None:
+    """speculative_hook._handle_ngram: topk is --speculative-ngram-max-bfs-breadth (10 by default), draft tokens 12
+    unless given, steps draft // topk unless given; a tree (topk > 1) on pages > 1 only on flashinfer."""
+    topk = _positive_int(out, NGRAM_BREADTH) if NGRAM_BREADTH in out else 10
+    draft = _positive_int(out, DRAFT_TOKENS) if DRAFT_TOKENS in out else 12
+    steps = _positive_int(out, TREE_ARGS[0]) if TREE_ARGS[0] in out else draft // topk
+    page = int(out.get(PAGE, 1))
+    if topk > 1 and page > 1 and attention.backend is not None and attention.backend != "flashinfer":
+        raise InvalidConfig(
+            f"NGRAM with topk (--{NGRAM_BREADTH}) {topk} > 1 and page_size {page} > 1 runs only on the flashinfer "
+            f"attention backend, not {attention.backend}"
+        )
+    out.update(zip(TREE_ARGS, (steps, topk, draft), strict=True))
+
+
+def _block_draft(out: Args, algo: str) -> None:
+    """speculative_hook._handle_dflash / _handle_dspark: steps and topk forced to 1; the draft tokens (the block)
+    kept when given, else read from the draft model's config (unknown here)."""
+    if algo == "DFLASH" and "speculative-draft-model-path" not in out:
+        raise InvalidConfig("DFLASH speculative decoding requires setting --speculative-draft-model-path")
+    out[TREE_ARGS[0]] = out[TREE_ARGS[1]] = 1
+    if DRAFT_TOKENS in out:
+        draft = _positive_int(out, DRAFT_TOKENS)
+        if algo == "DSPARK" and draft < 2:
+            raise InvalidConfig(f"DSpark speculative_num_draft_tokens must be >= 2 (= gamma + 1), got {draft}")
+        out[DRAFT_TOKENS] = draft
 
 
 def _ints(values: Sequence[ArgValue]) -> list[int]:

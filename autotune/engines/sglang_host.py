@@ -17,7 +17,7 @@ from autotune.engines.base import Args, ArgValue, HostQuestion, HostResolution
 SGLANG = {"module": "sglang.srt.server_args", "factory": "prepare_server_args", "resolve": "resolve_once",
           "result": "resolved_dict"}
 #: the emulator's: the same calls, and the GPU its profile has
-EMULATOR = {**SGLANG, "module": "autotune.sim.hostargs", "gpus": ["autotune.sim.hostargs", "gpu_names"]}
+EMULATOR = {**SGLANG, "module": "autotune.sim.hostargs", "platform": ["autotune.sim.hostargs", "platform"]}
 
 
 def _launcher(command: Sequence[str]) -> tuple[dict[str, Any], int] | None:
@@ -47,7 +47,10 @@ class SGLangHost(HostResolution):
             return (f"the server command {' '.join(command[:3])} is not SGLang's launcher (python -m "
                     "sglang.launch_server, sglang serve)")
         how, length = found
-        return HostQuestion(command[0], {**how, "args": [*command[length:], *flags]})
+        args = [*command[length:], *flags]
+        model = next((args[i + 1] for i, word in enumerate(args[:-1]) if word in ("--model-path", "--model")), None)
+        return HostQuestion(command[0], {**how, "args": args,
+                                         "model_config": posixpath.join(model, "config.json") if model else None})
 
     def effective(self, args: Mapping[str, ArgValue], values: Mapping[str, Any]) -> Args:
         out: Args = dict(args)

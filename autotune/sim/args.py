@@ -243,21 +243,23 @@ def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> 
     algorithm = fields["speculative_algorithm"]
     if fields["speculative_draft_model_path"] is not None and fields["speculative_draft_model_revision"] is None:
         fields["speculative_draft_model_revision"] = "main"
-    backend = fields["attention_backend"] or profile.model.attention_backend
-    fields["attention_backend"] = backend
-    if fields["page_size"] is None:
-        fields["page_size"] = 1
     if algorithm is not None:
         name = algorithm.upper()
         if name not in KNOWN_ALGORITHMS:
             raise ArgRuleError(f"ValueError: Unknown speculative algorithm name: {algorithm}")
         algorithm = "EAGLE" if name == "NEXTN" else name
         fields["speculative_algorithm"] = algorithm
+    _resolve_attention(fields, algorithm, profile, warn)
     schedule = _resolve_adaptive(fields, algorithm, warn) if fields["speculative_adaptive"] else None
     if algorithm is not None:
-        if algorithm not in EAGLE_FAMILY:
+        if algorithm in EAGLE_FAMILY:
+            deferred = _resolve_eagle(fields, profile, warn, adaptive_steps=schedule is not None)
+        elif algorithm == "NGRAM":
+            _resolve_ngram(fields, warn)
+        elif algorithm in ("DFLASH", "DSPARK"):
+            _resolve_block_draft(fields, algorithm, warn)
+        else:
             raise ArgRuleError(f"NotImplementedError: autotune.sim does not emulate speculative algorithm {algorithm}")
-        deferred = _resolve_eagle(fields, profile, backend, warn, adaptive_steps=schedule is not None)
     fields["served_model_name"] = fields["served_model_name"] or fields["model_path"]
     _check_context_length(fields, profile)
     spec = None
@@ -301,6 +303,92 @@ def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> 
     }
     return Resolved(fields=fields, config=config, algorithm=algorithm,
                     launch_command=" ".join(argv), deferred_error=deferred)
+
+
+#: compute capability majors by GPU name (torch.cuda.get_device_name), first match wins
+_GPU_MAJORS = (
+    (r"\bG?B[123]00\b", 10),
+    (r"RTX PRO \d+ Blackwell|RTX 50\d0|\bGB10\b", 12),
+    (r"\bG?H(100|200|800|20)\b", 9),
+    (r"\bL40|\bL4\b|RTX 40\d0|Ada\b|\bA100\b|\bA800\b|\bA30\b|\bA10G?\b|\bA40\b|RTX 30\d0", 8),
+)
+#: architectures whose default attention backend the emulator derives as SGLang 0.5.23 does
+#: (model_override_base.get_default_attn_backend, model_overrides/deepseek_v2.py); for any other the profile's
+#: attention_backend is the default
+MLA_ARCHITECTURES = ("DeepseekV2ForCausalLM", "DeepseekV3ForCausalLM")
+MHA_ARCHITECTURES = ("LlamaForCausalLM",)
+
+
+def gpu_major(name: str) -> int | None:
+    """The compute capability's major number of the GPU called ``name`` (9 Hopper, 10 B200, 12 RTX Blackwell)."""
+    return next((major for pattern, major in _GPU_MAJORS if re.search(pattern, name)), None)
+
+
+def _phase_backends(fields: dict[str, Any]) -> tuple[str | None, str | None]:
+    """(prefill, decode) attention backends, each falling back to the base one."""
+    base = fields["attention_backend"]
+    return fields["prefill_attention_backend"] or base, fields["decode_attention_backend"] or base
+
+
+def _default_backend(fields: dict[str, Any], algorithm: str | None, profile: Profile) -> str:
+    arch, major = profile.model.architecture, gpu_major(profile.hardware.gpu_name)
+    if arch not in (*MLA_ARCHITECTURES, *MHA_ARCHITECTURES) or major is None:
+        return profile.model.attention_backend
+    if arch in MLA_ARCHITECTURES:
+        if major == 10 and arch == "DeepseekV3ForCausalLM" and fields["prefill_attention_backend"] is None \
+                and fields["decode_attention_backend"] is None:
+            return "trtllm_mla"
+        return {9: "fa3", 10: "flashinfer"}.get(major, "triton")
+    topk, page = fields["speculative_eagle_topk"], fields["page_size"]
+    topk_one = topk is None or (topk == 1 and page in (None, 1))
+    if major == 9 and topk_one:
+        return "fa3"
+    if major == 10 and topk_one and (algorithm is None or topk is not None or algorithm == "DFLASH"):
+        return "trtllm_mha"
+    return "flashinfer"
+
+
+def _resolve_attention(fields: dict[str, Any], algorithm: str | None, profile: Profile, warn) -> None:
+    """SGLang's attention backend and page size passes (arg_groups/overrides.py), in its order: the default backend,
+    the page sizes some backends force, the Blackwell-only backends, FA4's page 128, then page 1 by default."""
+    prefill, decode = fields["prefill_attention_backend"], fields["decode_attention_backend"]
+    if prefill is not None and prefill == decode:
+        fields["attention_backend"] = prefill
+    elif fields["attention_backend"] is None:
+        fields["attention_backend"] = _default_backend(fields, algorithm, profile)
+    backend = fields["attention_backend"]
+    every = (backend, prefill, decode)
+    page = fields["page_size"]
+    if "flashmla" in (backend, decode):
+        warn("FlashMLA only supports a page_size of 64, change page_size to 64.")
+        page = 64
+    for name, label, where, sizes in (
+            ("trtllm_mla", "TensorRT-LLM MLA", (backend, decode), (32, 64)),
+            ("cutedsl_mla", "CuteDSL MLA", every, (32, 64)),
+            ("trtllm_mha", "TensorRT-LLM MHA", (*every, fields["speculative_draft_attention_backend"]),
+             (16, 32, 64, 128)),
+            ("hpc_ops", "HPC-Ops attention", every, (64,))):
+        if name in where and page not in sizes:
+            warn(f"{label} only supports page_size of {', '.join(map(str, sizes))}, changing page_size from {page} "
+                 "to 64.")
+            page = 64
+    major = gpu_major(profile.hardware.gpu_name)
+    if "trtllm_mla" in (backend, decode) and major not in (10, 11, 12):
+        raise ArgRuleError("ValueError: TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x). Please "
+                           "use a different backend.")
+    if "cutedsl_mla" in every:
+        if prefill == "cutedsl_mla":
+            raise ArgRuleError("AssertionError: CuteDSL MLA only supports decoding for now")
+        if major != 10:
+            raise ArgRuleError("ValueError: CuteDSL MLA backend is only supported on Blackwell GPUs (SM100). Please "
+                               "use a different backend.")
+        fields["prefill_attention_backend"] = prefill or "trtllm_mla"
+    if ("fa4" in every and profile.model.architecture not in MLA_ARCHITECTURES and major == 10
+            and (fields["speculative_eagle_topk"] or 0) <= 1):
+        warn(f"FA4 backend only supports page size 128 for non-MLA model architectures, changing page_size from "
+             f"{page} to 128.")
+        page = 128
+    fields["page_size"] = 1 if page is None else page
 
 
 def _resolve_adaptive(fields: dict[str, Any], algorithm: str | None, warn) -> adaptive.Schedule | None:
@@ -365,15 +453,12 @@ def _exception_line(e: Exception) -> str:
     return f"{name}: {e}"
 
 
-def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn,
+def _resolve_eagle(fields: dict[str, Any], profile: Profile, warn,
                    adaptive_steps: bool = False) -> tuple[str, str] | None:
     """SGLang's _handle_eagle_family: defaults, the all-or-none triple, topk rules; returns a deferred failure.
 
     With ``adaptive_steps`` the adaptive hook has set the triple already, and steps 0 (a plain decode) is allowed."""
-    if fields["max_running_requests"] is None:
-        fields["max_running_requests"] = model.SPEC_DEFAULT_MAX_RUNNING_REQUESTS
-        warn("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
-             "setting --max-running-requests.")
+    _spec_max_running_requests(fields, warn)
     if fields["speculative_draft_model_path"] is None:
         fields["speculative_draft_model_path"] = profile.model.draft_model_path or fields["model_path"]
         fields["speculative_draft_model_revision"] = fields["speculative_draft_model_revision"] or "main"
@@ -382,8 +467,9 @@ def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn,
     if steps is None:
         if topk is not None or draft is not None:
             raise ArgRuleError("AssertionError")
-        steps, topk, draft = profile.model.auto_speculative
-    if backend == "trtllm_mha":
+        steps, topk, draft = (3, 1, 4) if fields["speculative_algorithm"] == "STANDALONE" \
+            else profile.model.auto_speculative
+    if "trtllm_mha" in _phase_backends(fields):
         _compare(topk)
         if topk > 1:
             raise ArgRuleError("ValueError: trtllm_mha backend only supports topk = 1 for speculative decoding.")
@@ -391,6 +477,7 @@ def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn,
         warn("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1")
         draft = steps + 1
     _compare(topk)
+    backend = fields["attention_backend"]
     if topk > 1 and fields["page_size"] > 1 and backend not in PAGE_TREE_BACKENDS:
         raise ArgRuleError(
             f"ValueError: speculative_eagle_topk > 1 with page_size > 1 is only supported on {PAGE_TREE_BACKENDS}; "
@@ -400,9 +487,9 @@ def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn,
     fields["speculative_num_draft_tokens"] = draft
     if adaptive_steps and steps == 0:
         return None
-    if steps < 1 or topk < 1 or (draft is not None and draft < 2):
+    if steps < 1 or topk < 1 or (draft is not None and draft < 1):
         raise ArgRuleError("ValueError: autotune.sim needs speculative_num_steps >= 1, speculative_eagle_topk >= 1 "
-                           "and speculative_num_draft_tokens >= 2")
+                           "and speculative_num_draft_tokens >= 1")
     if draft is None:
         if profile.model.hybrid_linear_attention:
             return "kv", "AssertionError"
@@ -413,6 +500,55 @@ def _resolve_eagle(fields: dict[str, Any], profile: Profile, backend: str, warn,
             return "graph", "RuntimeError: selected index k out of range"
         return "running", "RuntimeError: selected index k out of range"
     return None
+
+
+def _spec_max_running_requests(fields: dict[str, Any], warn) -> None:
+    if fields["max_running_requests"] is None:
+        fields["max_running_requests"] = model.SPEC_DEFAULT_MAX_RUNNING_REQUESTS
+        warn("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
+             "setting --max-running-requests.")
+
+
+def _resolve_ngram(fields: dict[str, Any], warn) -> None:
+    """SGLang's _handle_ngram: topk becomes --speculative-ngram-max-bfs-breadth, draft tokens default to 12, steps to
+    draft // topk; a tree on pages > 1 runs only on flashinfer."""
+    _spec_max_running_requests(fields, warn)
+    fields["enable_mixed_chunk"] = False
+    topk = fields["speculative_eagle_topk"] = fields["speculative_ngram_max_bfs_breadth"]
+    if fields["speculative_num_draft_tokens"] is None:
+        fields["speculative_num_draft_tokens"] = 12
+        warn("speculative_num_draft_tokens is set to 12 by default for ngram speculative decoding. You can override "
+             "this by explicitly setting --speculative-num-draft-tokens.")
+    if fields["speculative_num_steps"] is None:
+        fields["speculative_num_steps"] = fields["speculative_num_draft_tokens"] // topk
+    warn("The mixed chunked prefill are disabled because of using ngram speculative decoding.")
+    page, backend = fields["page_size"], fields["attention_backend"]
+    if topk > 1 and page > 1 and backend != "flashinfer":
+        raise ArgRuleError(
+            f"ValueError: speculative_eagle_topk({topk}) > 1 with page_size({page}) > 1 is unstable and produces "
+            "incorrect results for paged attention backends. This combination is only supported for the "
+            "'flashinfer' backend.")
+
+
+def _resolve_block_draft(fields: dict[str, Any], algorithm: str, warn) -> None:
+    """SGLang's _handle_dflash / _handle_dspark: steps and topk forced to 1; the draft tokens (the verify block) as
+    given, else the draft checkpoint's (the emulator's drafts carry none: DFLASH's fallback 16, DSPARK's gamma 7
+    + 1)."""
+    label = "DFLASH" if algorithm == "DFLASH" else "DSpark"
+    if algorithm == "DFLASH" and fields["speculative_draft_model_path"] is None:
+        raise ArgRuleError("ValueError: DFLASH speculative decoding requires setting --speculative-draft-model-path.")
+    for name in ("speculative_num_steps", "speculative_eagle_topk"):
+        if fields[name] is not None and int(fields[name]) != 1:
+            warn(f"{label} only supports {name} == 1; overriding {name}={fields[name]} to 1.")
+        fields[name] = 1
+    draft = fields["speculative_num_draft_tokens"]
+    if draft is None:
+        draft = 16 if algorithm == "DFLASH" else 8
+        warn(f"speculative_num_draft_tokens is not set; defaulting to {draft} for {label}.")
+    elif algorithm == "DSPARK" and draft < 2:
+        raise ArgRuleError(f"ValueError: DSpark speculative_num_draft_tokens must be >= 2 (= gamma + 1), got {draft}.")
+    fields["speculative_num_draft_tokens"] = draft
+    _spec_max_running_requests(fields, warn)
 
 
 def _compare(topk: Any) -> None:

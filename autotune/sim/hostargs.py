@@ -3,7 +3,8 @@ launches one: ``prepare_server_args(argv)``, then ``.resolve_once()`` (raises th
 ``.resolved_dict()`` (every server field after SGLang's rules). The emulator answers with the same rules it starts
 with (args.py), so a question asked of ``autotune-sim`` and a launch of it agree, as they do on SGLang.
 
-``gpu_names(argv)`` says which GPU the emulated host has (the profile's), where a real host's nvidia-smi would.
+``platform(argv)`` says which GPU the emulated host has and which model it serves (the profile's), where a real
+host's nvidia-smi and the model's config.json would.
 The fault ``old-release`` answers as SGLang before 0.5.23, whose ServerArgs has no ``resolve_once``.
 """
 from __future__ import annotations
@@ -86,8 +87,10 @@ def prepare_server_args(argv: list[str]) -> _ServerArgs:
     return cls(ns, list(argv), profile)
 
 
-def gpu_names(argv: list[str]) -> list[str]:
-    """The emulated host's GPUs, one name each, as nvidia-smi would list them."""
+def platform(argv: list[str]) -> dict[str, Any]:
+    """The emulated host's GPUs (one name each, as nvidia-smi lists them; the compute capability left to be known
+    by the name) and the served model's architecture: the profile's."""
     with contextlib.redirect_stderr(io.StringIO()):
         profile = _parse(argv)[1]
-    return [profile.hardware.gpu_name] * max(1, profile.hardware.gpus)
+    return {"gpus": [profile.hardware.gpu_name] * max(1, profile.hardware.gpus), "capability": "",
+            "architecture": profile.model.architecture}

@@ -8,16 +8,19 @@ question is one JSON object on standard input (the engine's module says how to a
    "result": "resolved_dict",           # factory(args) -> object; object.resolve(); object.result() -> dict
    "args": [...],                       # the server's flags, after its launcher
    "env": {...},                        # the target's environment for the server (set before the import)
-   "gpus": [module, function] | null,   # who names the host's GPUs (default: nvidia-smi)
+   "model_config": "path/config.json" | null,   # the served model's config (its architecture)
+   "platform": [module, function] | null,   # who says the host's GPUs and the model's architecture (default:
+                                            # nvidia-smi and model_config)
    "override": [module, function, {facts}] | null}   # a context the question runs in (a platform to answer as)
 
 and the answer is one JSON object, the last line of standard output:
 
-  {"answer": "resolved", "values": {...}, "gpus": [...], "version": "..."}
+  {"answer": "resolved", "values": {...}}
   {"answer": "rejected", "message": "ValueError: ..."}   the engine refuses these arguments (its own words)
   {"answer": "unavailable", "reason": "..."}             the engine cannot be asked (not installed, too old...)
 
-"probe" answers the same for the given args and adds the host's GPUs and the engine's version.
+"probe" answers the same for the given args and adds "gpus" (names), "capability" ("9.0", "" unknown),
+"architecture" ("" unknown) and "version" (the engine's).
 """
 
 import contextlib
@@ -47,16 +50,30 @@ def _call(spec):
     return getattr(importlib.import_module(module), function)
 
 
-def nvidia_gpus():
-    """The GPUs' names as nvidia-smi lists them ([] when it is missing or fails)."""
+def _nvidia_smi(fields):
+    """nvidia-smi's rows of ``fields`` (None when it is missing or fails)."""
     try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], stdout=subprocess.PIPE,
+        out = subprocess.run(["nvidia-smi", "--query-gpu=" + fields, "--format=csv,noheader"], stdout=subprocess.PIPE,
                              stderr=subprocess.DEVNULL, timeout=NVIDIA_SMI_TIMEOUT, check=False)
     except (OSError, subprocess.SubprocessError):
-        return []
+        return None
     if out.returncode != 0:
-        return []
-    return [line.strip() for line in out.stdout.decode("utf-8", "replace").splitlines() if line.strip()]
+        return None
+    lines = out.stdout.decode("utf-8", "replace").splitlines()
+    return [[cell.strip() for cell in line.split(",")] for line in lines if line.strip()]
+
+
+def host_platform(request):
+    """The host's GPUs (nvidia-smi: names, the first one's compute capability; a driver too old for compute_cap
+    gives names only) and the served model's architecture (its config.json, when it is a local file)."""
+    rows = _nvidia_smi("name,compute_cap") or _nvidia_smi("name") or []
+    found = {"gpus": [row[0] for row in rows], "capability": rows[0][1] if rows and len(rows[0]) > 1 else ""}
+    try:
+        with open(request.get("model_config") or "", encoding="utf-8") as f:
+            found["architecture"] = str((json.load(f).get("architectures") or [""])[0])
+    except (OSError, ValueError, AttributeError, IndexError):
+        found["architecture"] = ""
+    return found
 
 
 def _version(module):
@@ -83,12 +100,11 @@ def ask(request):
             sys.path[:0] = [p for p in value.split(os.pathsep) if p and p not in sys.path]
     answer = {}
     if request.get("op") == "probe":
-        gpus = request.get("gpus")
+        how = request.get("platform")
         try:
-            answer["gpus"] = [str(g) for g in _call(gpus)(request["args"])] if gpus else nvidia_gpus()
+            answer.update(_call(how)(request["args"]) if how else host_platform(request))
         except (Exception, SystemExit) as e:  # the engine's answer below says what is wrong with the args
-            answer["gpus"] = []
-            answer["gpus_error"] = "{}: {}".format(type(e).__name__, e)
+            answer.update(gpus=[], platform_error="{}: {}".format(type(e).__name__, e))
         answer["version"] = _version(request["module"])
     try:
         factory = getattr(importlib.import_module(request["module"]), request["factory"])

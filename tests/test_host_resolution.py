@@ -133,3 +133,20 @@ def test_the_question_is_python_36(tmp_path: Path) -> None:
     answer = json.loads(done.stdout.splitlines()[-1])
     assert answer["answer"] == "unavailable" and "No module named 'no_such_engine'" in answer["reason"], answer
     assert answer["gpus"] == []  # no nvidia-smi on that PATH
+
+
+@pytest.mark.slow
+def test_the_rules_take_the_gpu_read_at_preflight(tmp_path: Path) -> None:
+    """The emulator's profile is a Llama on an H100: read at preflight, the rules predict SGLang's default backend
+    for it (fa3 for a chain, flashinfer for a tree), and the servers run what was predicted."""
+    space = '[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [1, 4]\n'
+    study = write_study(tmp_path, sampler="grid", trials=2, space=space,
+                        args={"sim-profile": "llama8b", "tp-size": 1, "model-path": "/m"})
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    log = (tmp_path / "t.log").read_text()
+    assert "1 x NVIDIA H100 80GB HBM3 (compute capability 9.0), serving LlamaForCausalLM" in log
+    trials = status(study)["trials"]
+    backends = {t["config"]["speculative-eagle-topk"]: t["config"]["attention-backend"] for t in trials}
+    assert backends == {1: "fa3", 4: "flashinfer"}, trials
+    assert all(t["state"] == "COMPLETE" and t["launched"] for t in trials), trials

@@ -7,7 +7,7 @@ target here) is timed, one fresh process per answer as in a study, against two h
   emulator   ``python -m autotune.sim``: the emulator answering through autotune.sim.hostargs;
   oracle     SGLang 0.5.23's own resolution in the CPU oracle venv (scripts/build-sglang-oracle.sh) as the host's
              SGLang, answering as an H100 would (a platform override: this machine has no GPU), for a model
-             directory holding only a config.json.
+             directory holding only a Llama's config.json (autotune.testing.sglang_oracle.model_dir).
 
     python scripts/bench_host_resolve.py [--answers 5] [--only emulator|oracle]
 
@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -28,14 +27,9 @@ from pathlib import Path
 from autotune.engines.sglang import SGLang
 from autotune.hostresolve import PROGRAM, TIMEOUT
 from autotune.targets.local import LocalSpec, LocalTarget
+from autotune.testing.sglang_oracle import OracleMissing, model_dir, oracle_python
 
-REPO = Path(__file__).resolve().parent.parent
 ENGINE = SGLang()
-#: a Llama-3-8B-like model: all SGLang's resolution reads of it
-LLAMA = {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 4096,
-         "intermediate_size": 14336, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 8,
-         "vocab_size": 128256, "max_position_embeddings": 131072, "rms_norm_eps": 1e-05, "rope_theta": 500000.0,
-         "torch_dtype": "bfloat16", "hidden_act": "silu"}
 #: SGLang's platform facts (runtime_context._PLATFORM_PROBES) of an H100 (compute capability 9.0)
 H100 = {"is_cuda": True, "is_hip": False, "is_npu": False, "is_xpu": False, "is_musa": False, "is_mps": False,
         "has_amx": False, "has_flashinfer": True, "is_sm90": True, "is_hopper_with_cuda_12_3": True,
@@ -44,11 +38,6 @@ H100 = {"is_cuda": True, "is_hip": False, "is_npu": False, "is_xpu": False, "is_
 #: the configs asked about, one per answer (then again from the first): chains, trees, one SGLang refuses (trtllm_mha
 #: takes topk 1 only)
 TREES = [(3, 1, 4, ""), (5, 4, 8, ""), (3, 4, 8, "trtllm_mha"), (2, 2, 4, ""), (6, 1, 7, ""), (3, 4, 16, "")]
-
-
-def oracle_python() -> Path:
-    cache = Path(os.environ.get("AUTOTUNE_CACHE") or REPO / ".cache")
-    return cache / "sglang-oracle" / "venv" / "bin" / "python"
 
 
 def ask(target: LocalTarget, command: list[str], flags: list[str], override: list[object] | None) -> tuple[float, str]:
@@ -101,21 +90,19 @@ def main() -> None:
     options = parser.parse_args()
     if options.answers < 1:
         parser.error("--answers must be at least 1")
-    python = oracle_python()
-    if options.only != "emulator" and not python.exists():
-        print(f"bench_host_resolve: the SGLang oracle venv is missing at {python} (run scripts/setup.sh)",
-              file=sys.stderr)
+    try:
+        python = oracle_python() if options.only != "emulator" else None
+    except OracleMissing as e:
+        print(f"bench_host_resolve: {e}", file=sys.stderr)
         sys.exit(2)
     with tempfile.TemporaryDirectory(prefix="bench-host-resolve-") as tmp:
         work = Path(tmp)
-        model = work / "llama"
-        model.mkdir()
-        (model / "config.json").write_text(json.dumps(LLAMA))
+        model = model_dir("llama", work)
         print(f"{'host':<9} {'answers':>7} {'median s':>9} {'min s':>7} {'max s':>7}  answers")
         if options.only != "oracle":
             bench("emulator", [sys.executable, "-m", "autotune.sim"], ["--model-path", "/m", "--tp-size", "4"],
                   None, options.answers, work)
-        if options.only != "emulator":
+        if python is not None:
             base = ["--model-path", str(model), "--speculative-draft-model-path", str(model), "--device", "cuda"]
             bench("oracle", [str(python), "-m", "sglang.launch_server"], base,
                   ["sglang.srt.runtime_context", "override_platform", H100], options.answers, work)

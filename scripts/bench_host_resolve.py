@@ -4,7 +4,7 @@
 The question the tuner asks (targets/programs/engine_resolve.py, run by the server command's python, on a local
 target here) is timed, one fresh process per answer as in a study, against two hosts:
 
-  emulator   ``python -m autotune.sim``: the emulator answering through autotune.sim.hostargs;
+  emulator   ``python -m autotune.sim``: the emulator answering through autotune.sim.hostargs (its Llama on an H100);
   oracle     SGLang 0.5.23's own resolution in the CPU oracle venv (scripts/build-sglang-oracle.sh) as the host's
              SGLang, answering as an H100 would (a platform override: this machine has no GPU), for a model
              directory holding only a Llama's config.json (autotune.testing.sglang_oracle.model_dir).
@@ -100,8 +100,8 @@ def main() -> None:
         model = model_dir("llama", work)
         print(f"{'host':<9} {'answers':>7} {'median s':>9} {'min s':>7} {'max s':>7}  answers")
         if options.only != "oracle":
-            bench("emulator", [sys.executable, "-m", "autotune.sim"], ["--model-path", "/m", "--tp-size", "4"],
-                  None, options.answers, work)
+            bench("emulator", [sys.executable, "-m", "autotune.sim"],
+                  ["--model-path", "/m", "--sim-profile", "llama8b"], None, options.answers, work)
         if python is not None:
             base = ["--model-path", str(model), "--speculative-draft-model-path", str(model), "--device", "cuda"]
             bench("oracle", [str(python), "-m", "sglang.launch_server"], base,

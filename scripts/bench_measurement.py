@@ -13,7 +13,7 @@
    forward, OpenSSH's own forward (ssh -L, one ControlMaster connection) and the load generator on the target host,
    each with 1 and 2 processes. Each figure against the truth (`autotune sim surface --study`); `held` is the mean
    count of requests in the server over the window as a share of 32, by the server's own timing of each request
-   (client_bound below 98.5% or above 101.5%); `count` is the server's own running-plus-queued count (/get_load,
+   (client_bound below 98.5% or above 101.5%); `count` is the server's own running-plus-queued count (/v1/loads,
    sampled every 50 ms during the level), its median over 32;
    `cpu` and `lag ms` the load generator's busiest process; `tuner cpu` what this process (autotune's side: the
    paramiko forward's threads run here) used per second.

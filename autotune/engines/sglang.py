@@ -292,12 +292,11 @@ PAGE = "page-size"
 
 @dataclass(frozen=True)
 class _Attention:
-    """The attention backends as resolved (None: unknown) and the GPU generation (compute capability major)."""
+    """The attention backends as resolved (None: unknown)."""
 
     backend: str | None
     prefill: str | None
     decode: str | None
-    major: int | None
 
     @property
     def phases(self) -> tuple[str | None, str | None]:
@@ -372,7 +371,7 @@ def _attention(out: Args, algo: str | None, platform: Platform | None) -> _Atten
         out[PREFILL] = prefill
     if forced is not None and (PAGE in out or forced != 1):
         out[PAGE] = forced
-    return _Attention(backend, prefill, decode, major)
+    return _Attention(backend, prefill, decode)
 
 
 def _eagle_tree(out: Args, algo: str, attention: _Attention, platform: Platform | None) -> None:

@@ -3,6 +3,7 @@ what both share in serving)."""
 from __future__ import annotations
 
 import asyncio
+import datetime
 import json
 import secrets
 import time
@@ -74,6 +75,25 @@ def server_info(state: State) -> dict[str, Any]:
         "internal_states": [internal],
         "version": VERSION,
         "frontend": "python",
+    }
+
+
+def loads(state: State) -> dict[str, Any]:
+    """/v1/loads (entrypoints/v1_loads.py): the accelerator and one rank's load, its "core" fields (LoadSnapshot)."""
+    sched, plan = state.scheduler, state.plan
+    used, total = sched.used_tokens(), plan.max_total_num_tokens
+    core = {
+        "timestamp": time.time(), "dp_rank": 0, "num_running_reqs": len(sched.running),
+        "num_waiting_reqs": len(sched.waiting), "num_waiting_uncached_tokens": 0, "num_used_tokens": used,
+        "num_total_tokens": used, "num_active_tokens": used, "num_prealloc_ready_tokens": 0,
+        "max_total_num_tokens": total, "max_running_requests": plan.max_running_requests,
+        "token_usage": round(used / total, 4) if total else 0.0, "gen_throughput": sched.last_gen_throughput,
+        "cache_hit_rate": 0.0, "utilization": round(len(sched.running) / max(1, plan.max_running_requests), 4),
+        "total_prefill_uncached_tokens": 0, "total_prefill_busy_us": 0, "decode_moments": None,
+    }
+    return {
+        "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": VERSION,
+        "accelerator": state.profile.hardware.gpu_name, "num_accelerators": state.fields["tp_size"], "loads": [core],
     }
 
 
@@ -202,11 +222,9 @@ def _info_routes(app: FastAPI, state: State) -> None:
         deprecated("/get_server_info", "/server_info")
         return json_response(server_info(state))
 
-    @app.get("/get_load")
-    async def get_load() -> Response:
-        sched = state.scheduler
-        return json_response([{"dp_rank": 0, "num_reqs": len(sched.running) + len(sched.waiting),
-                               "num_waiting_reqs": len(sched.waiting), "num_tokens": sched.used_tokens()}])
+    @app.get("/v1/loads")
+    async def get_loads() -> Response:
+        return json_response(loads(state))
 
 
 def _generate_routes(app: FastAPI, state: State) -> None:

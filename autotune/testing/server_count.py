@@ -8,11 +8,11 @@ import httpx
 
 
 class ServerCount:
-    """The server's own count of requests (running and queued: SGLang's /get_load) every 50 ms, straight from its
+    """The server's own count of requests (running and queued: SGLang's /v1/loads) every 50 ms, straight from its
     port: ``with ServerCount(port) as count: ...`` then ``count.samples``."""
 
     def __init__(self, port: int) -> None:
-        self.url = f"http://127.0.0.1:{port}/get_load"
+        self.url = f"http://127.0.0.1:{port}/v1/loads"
         self.samples: list[int] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -29,4 +29,5 @@ class ServerCount:
         with httpx.Client(timeout=2) as client:
             while not self._stop.wait(0.05):
                 with contextlib.suppress(httpx.HTTPError, ValueError, KeyError, IndexError):
-                    self.samples.append(client.get(self.url).json()[0]["num_reqs"])
+                    load = client.get(self.url).json()["loads"][0]
+                    self.samples.append(load["num_running_reqs"] + load["num_waiting_reqs"])

@@ -91,15 +91,17 @@ def model_dir(kind: str, root: Path) -> Path:
 class Oracle:
     """One oracle process; ``resolve`` asks it about one command line. Use as a context manager."""
 
-    def __init__(self, timeout: float = 300.0) -> None:
+    def __init__(self, timeout: float = 300.0, fresh_parser: bool = False) -> None:
+        """``fresh_parser``: let SGLang build its argument parser for every answer (slower; the same answers)."""
         python = oracle_python()
         self.timeout = timeout
         self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - the process writes it until close()
         env = {**os.environ, "PYTHONWARNINGS": "ignore", "TOKENIZERS_PARALLELISM": "false"}
         env.pop("PYTHONPATH", None)
         self._proc = subprocess.Popen(
-            [str(python), str(SERVER)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr,
-            env=env, cwd=tempfile.gettempdir(), text=True, bufsize=1,
+            [str(python), str(SERVER), *(["--fresh-parser"] if fresh_parser else [])],
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._stderr, env=env, cwd=tempfile.gettempdir(),
+            text=True, bufsize=1,
         )
         self._selector = selectors.DefaultSelector()
         self._selector.register(self._proc.stdout, selectors.EVENT_READ)  # type: ignore[arg-type]

@@ -50,6 +50,9 @@ def answer(request, prepare_server_args, override_platform, collect):
     try:
         with override_platform(**platform_facts(request["capability"])), redirect_stderr(errors):
             args = prepare_server_args([*request["argv"], "--device", "cuda"])
+            root = logging.getLogger()
+            if collect not in root.handlers:   # prepare_server_args's logging.basicConfig(force=True) drops it
+                root.addHandler(collect)
             args.resolve_once()
             resolved = args.resolved_dict()
         return {"ok": True, "resolved": resolved, "log": collect.messages}
@@ -62,13 +65,32 @@ def answer(request, prepare_server_args, override_platform, collect):
         sys.stderr.write(errors.getvalue())
 
 
+def build_parser_once(server_args):
+    """prepare_server_args builds SGLang's parser afresh on every call (thousands of arguments, their type hints
+    evaluated: two thirds of an answer's time); build it once and copy its actions into each new parser, as argparse's
+    own ``parents=`` does. ``--fresh-parser`` turns this off (the answers are the same; see docs/sglang-rules.md)."""
+    template = argparse.ArgumentParser(prog="sglang serve", add_help=False)
+    server_args.add_cli_args(template)
+
+    def add_cli_args(parser):
+        parser._add_container_actions(template)
+        parser._defaults.update(template._defaults)
+
+    server_args.add_cli_args = staticmethod(add_cli_args)
+
+
 def main():
-    argparse.ArgumentParser(description=__doc__).parse_args()
+    options = argparse.ArgumentParser(description=__doc__)
+    options.add_argument("--fresh-parser", action="store_true", help="let SGLang build its parser for every answer")
+    fresh = options.parse_args().fresh_parser
     out = os.fdopen(os.dup(1), "w", buffering=1)
     os.dup2(2, 1)
     sys.stdout = sys.stderr
     from sglang.srt.runtime_context import override_platform
-    from sglang.srt.server_args import prepare_server_args
+    from sglang.srt.server_args import ServerArgs, prepare_server_args
+
+    if not fresh:
+        build_parser_once(ServerArgs)
 
     collect = _Collect()
     logging.getLogger().addHandler(collect)

@@ -49,7 +49,11 @@ def source() -> Path:
     try:
         python = oracle_python()
     except OracleMissing as e:
-        pytest.fail(str(e), pytrace=False)
+        missing = str(e)
+    else:
+        missing = ""
+    if missing:
+        pytest.fail(missing, pytrace=False)
     found = sorted(python.parent.parent.glob("lib/python3*/site-packages/sglang/srt"))
     if not found:
         pytest.fail(f"no sglang/srt in the oracle venv {python.parent.parent} (run scripts/setup.sh)", pytrace=False)

@@ -36,9 +36,9 @@ def test_default_schedule_starts_at_the_middle_of_the_union_with_draft_steps_plu
     f = r.fields
     assert (f["speculative_num_steps"], f["speculative_eagle_topk"], f["speculative_num_draft_tokens"]) == (3, 1, 4)
     assert f["speculative_adaptive"] is True
-    assert r.config.adaptive.candidate_steps == [0, 1, 3, 7]
+    assert r.config.adaptive.candidate_steps == [0, 1, 3, 5, 7]
     assert [(s.key, s.candidate_steps) for s in r.config.adaptive.slots] == [
-        (1, (1, 3, 7)), (8, (0, 1, 3)), (32, (0, 1)), (64, (0,))]
+        (1, (1, 3, 5, 7)), (8, (0, 1, 3)), (32, (0, 1)), (64, (0,))]
     assert [s.down_hysteresis for s in r.config.adaptive.slots] == [-0.25, 0.0, 0.0, 0.0]
     assert not any("adjusted" in w for w in warnings)
 
@@ -106,9 +106,9 @@ def test_invalid_schedules_raise_sglangs_errors(tmp_path, content, message):
 
 def test_steps_outside_the_union_raise_sglangs_value_error():
     with pytest.raises(ArgRuleError) as e:
-        resolved(*QWEN, *EAGLE, "--speculative-adaptive", "--speculative-num-steps", "5")
-    assert str(e.value) == ("ValueError: --speculative-num-steps=5 is not in the adaptive config candidate_steps "
-                            "[0, 1, 3, 7]. Pass one of those values.")
+        resolved(*QWEN, *EAGLE, "--speculative-adaptive", "--speculative-num-steps", "4")
+    assert str(e.value) == ("ValueError: --speculative-num-steps=4 is not in the adaptive config candidate_steps "
+                            "[0, 1, 3, 5, 7]. Pass one of those values.")
 
 
 def test_without_the_flag_the_file_is_never_read(tmp_path):
@@ -297,4 +297,4 @@ def test_a_schedule_too_large_for_the_host_fails_where_each_of_its_steps_alone_f
 def test_initialized_line_names_the_smallest_slot():
     r, _ = resolved(*QWEN, *EAGLE, "--speculative-adaptive")
     assert adaptive.initialized_line(r.config.adaptive) == \
-        "AdaptiveSpeculativeParams initialized: steps=3, candidate_steps=[1, 3, 7]"
+        "AdaptiveSpeculativeParams initialized: steps=3, candidate_steps=[1, 3, 5, 7]"

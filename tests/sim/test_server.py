@@ -217,3 +217,20 @@ def test_api_key_metrics_off_and_plain_decoding(llama_server):
     assert re.search(r"\] Decode batch, #running-req: \d+, #token: \d+, token usage: \d\.\d\d, cuda graph: True, "
                      r"gen throughput \(token/s\): \d+\.\d\d, #queue-req: \d+$", line), line
     assert " TP0]" not in log  # tp 1: SGLang adds no rank prefix
+
+
+def test_loads_endpoint_as_in_0_5_23(qwen_server):
+    """/v1/loads counts the requests the server holds; 0.5.23 has no /get_load."""
+    with qwen_server.client() as c:
+        assert c.get("/get_load").status_code == 404
+        idle = c.get("/v1/loads").json()
+        assert idle["accelerator"] == "NVIDIA RTX PRO 6000 Blackwell Server Edition" and idle["num_accelerators"] == 4
+        assert idle["loads"][0]["num_running_reqs"] == 0 and idle["loads"][0]["max_total_num_tokens"] > 0
+        thread = threading.Thread(target=generate, args=(c, 400))
+        thread.start()
+        deadline = time.monotonic() + 30
+        busy = idle
+        while busy["loads"][0]["num_running_reqs"] == 0 and time.monotonic() < deadline:
+            busy = c.get("/v1/loads").json()
+        thread.join()
+    assert busy["loads"][0]["num_running_reqs"] == 1 and busy["loads"][0]["num_used_tokens"] > 0

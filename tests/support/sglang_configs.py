@@ -9,8 +9,9 @@ from dataclasses import dataclass
 from autotune.engines.base import Args, Platform
 
 ALGORITHMS = ("EAGLE", "EAGLE3", "NEXTN", "STANDALONE", "NGRAM", "DFLASH", "DSPARK")
-#: the GPUs drawn, as nvidia-smi names them
-GPUS = {"H100": "NVIDIA H100 80GB HBM3", "B200": "NVIDIA B200"}
+#: the GPUs drawn, as nvidia-smi names them: Hopper, datacenter Blackwell, and the seed host's RTX Blackwell (sm120)
+GPUS = {"H100": "NVIDIA H100 80GB HBM3", "B200": "NVIDIA B200",
+        "RTX PRO 6000": "NVIDIA RTX PRO 6000 Blackwell Server Edition"}
 #: model kind (a key of autotune.testing.sglang_oracle.MODELS) -> its architecture
 ARCHITECTURES = {"llama": "LlamaForCausalLM", "deepseek": "DeepseekV3ForCausalLM"}
 BACKENDS = ("fa3", "flashinfer", "triton", "flashmla", "trtllm_mla", "cutedsl_mla", "trtllm_mha", "hpc_ops", "fa4")
@@ -46,7 +47,7 @@ def draw(rng: random.Random) -> Case:
     roll = rng.random()
     steps, topk = rng.randint(1, 6), rng.choice((1, 1, 2, 2, 3, 4, 8))
     capacity = topk + (steps - 1) * topk * topk + 1
-    draft = rng.randint(2, min(capacity, 64)) if rng.random() < 0.85 else rng.randint(2, 80)
+    draft = rng.randint(1, min(capacity, 64)) if rng.random() < 0.85 else rng.randint(1, 80)
     tree = dict(zip(TREE, (steps, topk, draft), strict=True))
     if roll < 0.75:
         args.update(tree)

@@ -186,7 +186,10 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
                                                                         else "(fixed args)")
         how = (f"reuses trial {r.reused_from}" if r.reused_from is not None else
                f"{r.role}, from {r.origin}" if r.origin else r.role or "")
-        tail = ", ".join(x for x in (r.figures_text(), r.reason or "", how, f"target {r.target}" if r.target else "")
+        reason = f"{r.reason}: {(r.detail or '')[:160]}" if r.reason == "host_rejected" else r.reason or ""
+        rewrote = ("the target ran " + " ".join(f"{k}={v[1]} (not {v[0]})" for k, v in r.host_rewrote.items())
+                   if r.host_rewrote else "")
+        tail = ", ".join(x for x in (r.figures_text(), reason, rewrote, how, f"target {r.target}" if r.target else "")
                          if x)
         click.echo(f"{r.number:>4} {r.state.name:<8} {'launch' if r.launched else '-':<6} {r.values_text():>10}  "
                    f"{params}  {tail}")

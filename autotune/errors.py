@@ -10,6 +10,10 @@ class InvalidConfig(Exception):
     """A candidate config the engine would reject; recorded as infeasible without deploying."""
 
 
+class HostRejected(InvalidConfig):
+    """The engine on the target refused a config when asked before its launch; ``str()`` is its own message."""
+
+
 class TrialFailure(Exception):
     """A trial ended without a measurement, for a named reason.
 
@@ -33,6 +37,7 @@ class TrialFailure(Exception):
 # reason -> whether the config is to blame (True: infeasible, learn from it; False: infrastructure, retry it)
 REASONS: dict[str, bool] = {
     "invalid_config": True,      # the engine's own rules reject it; never deployed
+    "host_rejected": True,       # the engine on the target refused its arguments when asked; never deployed
     "invalid_args": True,        # the server refused its arguments at start
     "oom_startup": True,         # not enough memory for weights, KV cache or CUDA graphs
     "crashed": True,             # the server died while starting

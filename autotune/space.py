@@ -22,6 +22,7 @@ from dataclasses import dataclass, replace
 import optuna
 
 from autotune.engines import Args, ArgValue, Engine, ValidRange, config_key
+from autotune.engines.base import Platform
 from autotune.errors import InvalidConfig, UserError
 from autotune.redact import mask
 from autotune.study import ParamSpec, StudySpec
@@ -58,6 +59,9 @@ class Space:
         self.params = spec.space
         self.engine = engine
         self.fixed: Args = {**spec.engine.args, engine.port_flag: server_port}
+        #: the target's GPU and served model, once the tuner has read them (hostresolve.py): the engine's rules use
+        #: them for the defaults that depend on them
+        self.platform: Platform | None = None
         self.path = spec.path
         self.ranges = "fixed" if spec.sampler == "grid" else spec.ranges
         tuned = {p.name for p in self.params}
@@ -111,12 +115,12 @@ class Space:
 
     def candidate(self, params: dict[str, ArgValue]) -> Candidate:
         """The effective config for ``params``; raises ``InvalidConfig`` if the engine would reject it."""
-        args = self.engine.resolve({**self.fixed, **params})
+        args = self.engine.resolve({**self.fixed, **params}, self.platform)
         return Candidate(params=dict(params), args=args, key=self.key(args))
 
     def adaptive(self, args: Args, file: ServerFile) -> Candidate:
         """The adaptive server that runs ``args`` (built on this space's fixed args) with its schedule ``file``."""
-        resolved = self.engine.resolve({**args, file.flag: file.name})
+        resolved = self.engine.resolve({**args, file.flag: file.name}, self.platform)
         return Candidate(params={}, args=resolved, key=self.key(resolved), files=(file,))
 
     def baseline_params(self) -> dict[str, ArgValue]:
@@ -126,7 +130,7 @@ class Space:
                 if p.name in self.fixed and p.contains(self.fixed[p.name])}
 
     def baseline(self) -> Candidate:
-        args = self.engine.resolve(dict(self.fixed))
+        args = self.engine.resolve(dict(self.fixed), self.platform)
         return Candidate(params=self.baseline_params(), args=args, key=self.key(args))
 
     def starting_points(self) -> list[dict[str, ArgValue]]:

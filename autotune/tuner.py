@@ -23,7 +23,8 @@ from autotune import client_limit, queue, record, results
 from autotune.artifacts import open_store
 from autotune.budget import AdmissionLock, admit
 from autotune.bringup import deploy_trial, restore_original
-from autotune.errors import TrialFailure, UserError
+from autotune.errors import InvalidConfig, TrialFailure, UserError
+from autotune.hostresolve import HostResolver
 from autotune.logs import setup as setup_logging
 from autotune.plan import Plan
 from autotune.progress import Phase, Progress
@@ -131,6 +132,7 @@ class Tuner:
                 refuse_foreign(self.storage, self.spec.name, self.storage_url)
                 self._refuse_other_objective()
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
+                self._host = self._ask_host(target)
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)
                 study = self._open_study()
                 self._progress.update(study)
@@ -155,6 +157,19 @@ class Tuner:
             raise UserError(f"study {self.spec.name!r} in {redact(self.storage_url)} was created with objective = "
                             f"{stored!r}, the study file now says {self.spec.objective!r}: put {stored!r} back, or "
                             "give the study a new name")
+
+    def _ask_host(self, target: Target) -> HostResolver:
+        """The engine on the target, asked about the baseline before anything runs: whether it can answer, and
+        the GPU there, which the engine's rules take from here on (hostresolve.py)."""
+        host = HostResolver(self.plan.engine, target, self.spec.engine.command, self.plan.target.env)
+        space = self.plan.space
+        try:
+            baseline = space.baseline()
+            args, key = baseline.args, baseline.key
+        except InvalidConfig:
+            args, key = dict(space.fixed), space.key(dict(space.fixed))
+        space.platform = host.probe(args, key)
+        return host
 
     def _open_study(self) -> optuna.Study:
         spec = self.spec
@@ -201,7 +216,9 @@ class Tuner:
 
     def _run(self, study: optuna.Study, target: Target) -> RunSummary:
         launch = ServerLaunch(self.plan, target, self._should_stop, open_store(self.spec.directory, self.spec.name))
-        objective = Objective(self.plan, launch, should_stop=self._should_stop, on_phase=self._progress.on_phase)
+        host = self._host
+        objective = Objective(self.plan, launch, should_stop=self._should_stop, on_phase=self._progress.on_phase,
+                              host=lambda candidate: host.effective(candidate.args, candidate.key, study))
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
         objective.on_start = admission.release

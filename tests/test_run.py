@@ -137,7 +137,8 @@ def test_startup_failures_end_with_named_reasons(tmp_path: Path) -> None:
                  '[space.speculative-num-steps]\ntype = "categorical"\nchoices = [8]\n'
                  '[space.speculative-num-draft-tokens]\ntype = "categorical"\nchoices = [64]\n', "oom_startup",
                  marks=pytest.mark.slow),   # the same reason as the first, through CUDA graph memory
-    ('[space.not-a-real-flag]\ntype = "categorical"\nchoices = ["x"]\n', "invalid_args"),
+    # an unknown flag: refused by the engine on the target when asked, before any launch
+    ('[space.not-a-real-flag]\ntype = "categorical"\nchoices = ["x"]\n', "host_rejected"),
 ])
 def test_out_of_memory_and_rejected_arguments(tmp_path: Path, space: str, reason: str) -> None:
     study = write_study(tmp_path, sampler="grid", trials=2, space=space)

@@ -139,6 +139,30 @@ class AdaptiveRules(ABC):
         """The config that runs the schedule written to ``path`` on top of ``family``."""
 
 
+@dataclass(frozen=True)
+class HostQuestion:
+    """How to ask the engine installed on a target to resolve a config itself (targets/programs/engine_resolve.py
+    documents the request): run with the python of ``launcher``."""
+
+    launcher: str
+    request: dict[str, Any]
+
+
+class HostResolution(ABC):
+    """How an engine that can resolve its arguments without starting (SGLang's ``resolve_once``) is asked about a
+    config on the target itself, with the target's own engine version, model and GPU."""
+
+    @abstractmethod
+    def question(self, command: Sequence[str], flags: Sequence[str]) -> HostQuestion | str:
+        """The question for the server command ``command`` started with ``flags`` (rendered), or why a server
+        started by ``command`` cannot be asked (not the engine's own launcher)."""
+
+    @abstractmethod
+    def effective(self, args: Mapping[str, ArgValue], values: Mapping[str, Any]) -> Args:
+        """``args`` as the engine resolved them (``values``: its resolved fields): each flag of ``args`` with the
+        value the server will run."""
+
+
 class Engine(ABC):
     """One serving engine's rules, endpoints and formats."""
 
@@ -161,6 +185,8 @@ class Engine(ABC):
     #: flags set once for the whole study, never tuned (beyond the port, the API key and the schedule file): each
     #: with why, as `autotune validate` says it
     fixed_flags: ClassVar[dict[str, str]] = {}
+    #: how the engine on a target is asked to resolve a config before a launch (None: it cannot be asked)
+    host: HostResolution | None = None
     #: the key of a stream event's cumulative completion-token count (the load generator reads it by position)
     stream_tokens_key: str = ""
     #: the key of a stream's last event that holds the server's own timing of the request in seconds ("": none)

@@ -26,6 +26,7 @@ from autotune.engines.base import (
     ValidRange,
 )
 from autotune.engines.sglang_adaptive import SGLangAdaptive
+from autotune.engines.sglang_host import SGLangHost
 from autotune.engines.secret_args import OffCommandLine, SecretFile, flags_with_values, without
 from autotune.errors import InvalidConfig
 
@@ -85,6 +86,7 @@ class SGLang(Engine):
         "host": "the address autotune reaches the server at",
         "model-path": "the model the study measures", "model": "the model the study measures",
     }
+    host = SGLangHost()
 
     def resolve(self, args: Mapping[str, ArgValue], platform: Platform | None = None) -> Args:
         """SGLang 0.5.23's argument resolution (ServerArgs.resolve_once) for the flags the tuner sets, in its order:

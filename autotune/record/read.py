@@ -54,6 +54,8 @@ class TrialRecord:
     detail: str | None = None
     stage: str | None = None
     reused_from: int | None = None
+    #: flags the engine on the target runs with other values than the rules predicted: {flag: [predicted, runs]}
+    host_rewrote: dict[str, list[Any]] | None = None
     schedule: dict[str, Any] | None = None   # an adaptive server's schedule: the file and where it came from
     duration_s: float | None = None
     started: str | None = None
@@ -75,6 +77,7 @@ class TrialRecord:
             slo_capacity=a.get("slo_capacity"), metrics=dict(a.get("metrics") or {}),
             levels=list(a.get("levels") or []), value_ci=a.get("value_ci"), detail=a.get("detail"),
             stage=a.get("stage"), reused_from=_int(a.get("reused_from")), schedule=a.get("schedule"),
+            host_rewrote=a.get("host_rewrote"),
             duration_s=t.duration.total_seconds() if t.duration else None,
             started=t.datetime_start.isoformat() if t.datetime_start else None,
             completed=t.datetime_complete.isoformat() if t.datetime_complete else None,
@@ -155,6 +158,7 @@ class TrialRecord:
             "target": self.target,
             "worker": self.worker,
             "reused_from": self.reused_from,
+            "host_rewrote": self.host_rewrote,
             "adaptive": self.adaptive,
             "schedule": self.schedule,
             "retry_of": self.retry_of,

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import hashlib
+
 import optuna
 
-from autotune.redact import mask
+from autotune.redact import mask, mask_mapping
 
 
 #: the study attr that says autotune created the study
@@ -56,3 +58,20 @@ def opening(study: optuna.Study) -> list[dict[str, Any]]:
 
 def set_opening(study: optuna.Study, configs: list[dict[str, Any]]) -> None:
     study.set_user_attr("opening", configs)
+
+
+def _host_attr(key: str) -> str:
+    return "host_answer:" + hashlib.sha256(key.encode()).hexdigest()[:20]
+
+
+def host_answer(study: optuna.Study, key: str) -> dict[str, Any] | None:
+    """What the engine on the target answered when asked about the config of ``key`` before its launch
+    (``set_host_answer``); None when it was never asked."""
+    answer = study.user_attrs.get(_host_attr(key))
+    return answer if isinstance(answer, dict) and answer.get("config_key") == key else None
+
+
+def set_host_answer(study: optuna.Study, key: str, answer: Mapping[str, Any]) -> None:
+    """Keep the engine's answer for the config of ``key`` (``{"answer": "resolved", "changes": {flag: value}}``
+    or ``{"answer": "rejected", "message": ...}``), so that no worker, and no resumed run, asks again."""
+    study.set_user_attr(_host_attr(key), {**mask_mapping(answer), "config_key": key})

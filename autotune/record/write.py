@@ -37,6 +37,12 @@ def candidate(trial: optuna.Trial, params: Mapping[str, ArgValue], config: Mappi
         trial.set_user_attr("config_key", key)
 
 
+def host_rewrote(trial: optuna.Trial, changes: Mapping[str, list[ArgValue | None]]) -> None:
+    """The flags the engine on the target, asked before the launch, runs with other values than the rules
+    predicted: ``{flag: [predicted, runs]}`` (the recorded config holds what runs)."""
+    trial.set_user_attr("host_rewrote", mask_mapping(dict(changes)))
+
+
 def launched(trial: optuna.Trial, command: list[str], log: str) -> None:
     """The server command as started, its secrets masked (``apply`` puts them back from the study file)."""
     trial.set_user_attr("command", mask_argv(command))

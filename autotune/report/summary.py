@@ -95,11 +95,11 @@ def _value_text(rec: TrialRecord) -> str:
 
 def launches_saved(recs: list[TrialRecord]) -> dict[str, Any]:
     """Trials that cost no deployment: a reused measurement of the same effective config, an invalid config
-    rejected by the engine's rules, a config given up on (its retry failed for the infrastructure too), or one at
-    least as large as a config that ran out of memory; and
+    rejected by the engine's rules (or by the engine on the target, asked before the launch), a config given up on
+    (its retry failed for the infrastructure too), or one at least as large as a config that ran out of memory; and
     roughly the time that saved (the median deployed trial's duration)."""
     reused = [r for r in recs if r.reused_from is not None]
-    invalid = [r for r in recs if r.reason == "invalid_config"]
+    invalid = [r for r in recs if r.reason in ("invalid_config", "host_rejected")]
     given_up = [r for r in recs if r.reason == "given_up" and r.reused_from is None]
     too_large = [r for r in recs if r.reason == "oom_predicted" and r.reused_from is None]
     deployed = [r.duration_s for r in recs if r.duration_s and r.launched and r.state in results.FINISHED]

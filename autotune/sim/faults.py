@@ -14,6 +14,9 @@ FAULTS: dict[str, tuple[str | None, str]] = {
     "oom-under-load": ("requests", "CUDA OOM and die when the running batch exceeds REQUESTS requests (rc -9)"),
     "stall-after": ("tokens", "stop all generation once TOKENS tokens were generated; stay alive and healthy"),
     "errors": ("fraction", "fail that FRACTION of generation requests with an internal error (HTTP 500 / abort)"),
+    "force-arg": ("flag=value", "resolve --FLAG to VALUE whatever is asked, with a warning (a release whose rules "
+                                "rewrite what autotune's rules keep)"),
+    "old-release": (None, "answer a host resolution as a release before 0.5.23: ServerArgs has no resolve_once"),
 }
 
 
@@ -29,9 +32,11 @@ class Faults:
     oom_under_load: int | None = None
     stall_after_tokens: int | None = None
     error_fraction: float = 0.0
+    forced_args: dict[str, str] = dataclasses.field(default_factory=dict)  # dest -> value (force-arg)
+    old_release: bool = False
 
 
-def parse_fault(spec: str) -> tuple[str, float | None]:
+def parse_fault(spec: str) -> tuple[str, float | str | None]:
     """argparse ``type=`` for --sim-fault: validates one spec, raising ArgumentTypeError with the valid list."""
     name, _, value = spec.partition(":")
     if name not in FAULTS:
@@ -42,6 +47,11 @@ def parse_fault(spec: str) -> tuple[str, float | None]:
         if value:
             raise argparse.ArgumentTypeError(f"fault {name!r} takes no value, got {spec!r}")
         return name, None
+    if kind == "flag=value":
+        flag, equals, forced = value.partition("=")
+        if not flag or not equals:
+            raise argparse.ArgumentTypeError(f"fault {name!r} needs {name}:FLAG=VALUE, got {spec!r}")
+        return name, f"{flag.lstrip('-').replace('-', '_')}={forced}"
     try:
         number = float(value)
     except ValueError:
@@ -55,7 +65,7 @@ def parse_fault(spec: str) -> tuple[str, float | None]:
     return name, number
 
 
-def collect(specs: list[tuple[str, float | None]] | None) -> Faults:
+def collect(specs: list[tuple[str, float | str | None]] | None) -> Faults:
     """Combine parsed specs (the last one of a kind wins)."""
     faults = Faults()
     for name, value in specs or []:
@@ -75,4 +85,9 @@ def collect(specs: list[tuple[str, float | None]] | None) -> Faults:
             faults.stall_after_tokens = int(value or 0)
         elif name == "errors":
             faults.error_fraction = float(value or 0.0)
+        elif name == "force-arg":
+            dest, _, forced = str(value).partition("=")
+            faults.forced_args[dest] = forced
+        elif name == "old-release":
+            faults.old_release = True
     return faults

@@ -10,6 +10,7 @@ import yaml
 
 from autotune.sim import logs
 from autotune.sim.args import ArgRuleError, build_parser, merge_config, resolve, sim_options
+from autotune.sim.hostargs import apply_forced
 from autotune.sim.profile import ProfileError, load_profile
 
 
@@ -34,6 +35,7 @@ def main(argv: list[str] | None = None) -> None:
         parser.error(f"argument --sim-profile: {e}")
     sim = sim_options(ns)
     launcher, scheduler_log = _loggers(ns)
+    apply_forced(ns, launcher.warning)
     try:
         resolved = resolve(ns, argv, profile, launcher.warning)
     except ArgRuleError as e:

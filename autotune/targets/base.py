@@ -16,6 +16,7 @@ from typing import Any, ClassVar
 from autotune.engines import Engine, get_engine
 from autotune.tables import Reader
 from autotune.targets.launch import Launch, kept_warning, prepare
+from autotune.targets.completed import Completed
 
 log = logging.getLogger("autotune")
 
@@ -112,6 +113,13 @@ class Target(ABC):
         Run before a study is created, so a typo in the study never leaves a half-made study behind.
         """
         return None
+
+    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float) -> Completed:
+        """Run ``programs/<program>`` on the target with the python that runs the server command ``command`` (a
+        python, or a Python program's #! interpreter: programs.FIND_ENGINE_PYTHON), where the server starts, with
+        ``stdin`` on its standard input. Raises ``TrialFailure`` when the target cannot be reached; a target that
+        cannot run programs answers status 127."""
+        return Completed(127, "", f"autotune: a {self.spec.kind} target runs no programs")
 
     def place_file(self, name: str, data: bytes, local: Path) -> str:
         """Put a file the server reads (an adaptive schedule) where this target's servers read files, and return

@@ -20,7 +20,7 @@ from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description
 from autotune.targets.base import Target
 from autotune.targets.forward import LocalForward
-from autotune.targets.programs import FIND_PYTHON, program_line
+from autotune.targets.programs import FIND_PYTHON, engine_program_lines, program_line
 from autotune.targets.programs.safedir import REFUSED
 from autotune.targets.remote_lock import RemoteLock
 from autotune.targets.ssh import Completed, SSHConnection, SSHSpec, sh_command
@@ -117,6 +117,16 @@ class RemoteTarget(Target):
         except (ValueError, IndexError):
             raise TrialFailure("deploy_failed", f"{what} on {self.spec.host} failed "
                                                 f"(python3 on the target?): {result.detail()}") from None
+
+    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float) -> Completed:
+        """In this target's directory (where its servers start); the study's environment for the server reaches
+        the program inside ``stdin`` (engines/ puts it there), never on a command line."""
+        q = sh_command
+        script = "\n".join([
+            f"cd {q([self.directory])} 2>/dev/null || cd || exit 1",
+            engine_program_lines(command, program),
+        ])
+        return self.conn.run(script, timeout=timeout, what="asking the engine on the target", stdin=stdin)
 
     def lock(self, holder: str) -> AbstractContextManager[None]:
         return RemoteLock(self.conn, lambda: (self.workdir, self.subdir), self.lock_names, self.spec.identity,

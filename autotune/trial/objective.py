@@ -44,7 +44,7 @@ from autotune.score import (
     violated,
 )
 from autotune.space import Candidate
-from autotune.trial.decision import Decision, decide
+from autotune.trial.decision import Decision, HostCheck, decide
 from autotune.trial.launch import Launch, Measured
 
 log = logging.getLogger("autotune")
@@ -66,8 +66,11 @@ class Objective:
         launch: Launch,
         should_stop: Callable[[], bool] = lambda: False,
         on_phase: Callable[[Phase], None] = lambda phase: None,
+        host: HostCheck | None = None,
     ) -> None:
+        """``host``: asks the engine on the target about a config before its launch (hostresolve.py)."""
         self.plan = plan
+        self.host = host
         self.spec = plan.spec
         self.launch = launch
         self.should_stop = should_stop
@@ -98,12 +101,19 @@ class Objective:
         except UserError as e:
             write.candidate(trial, params)
             return self._infeasible(trial, "invalid_config", str(e), stage="validate")
+        if self.host is not None:
+            self._phase(trial, "resolving")  # asking the engine on the target
         decision = decide(self.plan, trial.study.get_trials(deepcopy=False), trial.number, params, baseline=baseline,
-                          confirmation=confirmation, schedule=schedule)
+                          confirmation=confirmation, schedule=schedule, host=self.host)
         if decision.candidate is None:
             write.candidate(trial, params)
             return self._infeasible(trial, "invalid_config", decision.detail, stage="validate")
         candidate = decision.candidate
+        if decision.kind == "host_rejected":
+            write.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
+            return self._infeasible(trial, "host_rejected", decision.detail, stage="validate")
+        if decision.rewritten is not None:
+            self._rewritten(trial, decision.rewritten, candidate)
         # the tuned flags as the server runs them (the sampler's own parameters may be fill fractions); written
         # before any wait, so that a worker proposing the same config sees this trial as its twin. An adaptive
         # server records none: it is no point of the space
@@ -162,7 +172,14 @@ class Objective:
         self._pause(TWIN_POLL, f"waiting for trial {twin}")
         queue.fail_stale(trial.study)
         return decide(self.plan, trial.study.get_trials(deepcopy=False), trial.number, params,
-                      confirmation=confirmation)
+                      confirmation=confirmation, host=self.host)
+
+    def _rewritten(self, trial: optuna.Trial, predicted: Candidate, candidate: Candidate) -> None:
+        """The engine on the target runs other values than the rules predicted: recorded, and said."""
+        changes = {k: [predicted.args.get(k), v] for k, v in candidate.args.items() if predicted.args.get(k) != v}
+        write.host_rewrote(trial, changes)
+        log.info("trial %d: the engine on the target runs %s", trial.number,
+                 ", ".join(f"{k}={v} (not {was})" for k, (was, v) in changes.items()))
 
     def _launch(self, trial: optuna.Trial, candidate: Candidate) -> float | list[float]:
         spec = self.spec

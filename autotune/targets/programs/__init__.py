@@ -20,6 +20,19 @@ FIND_PYTHON = (
     '[ -n "$PY" ] || { echo "autotune: python3 is not installed on the target (needed for its helpers)" >&2; '
     'exit 127; }'
 )
+#: shell lines that set $EPY to the python that runs the command $CMD (a python itself, or a Python program whose
+#: first line names its interpreter, pip's console scripts among them, a long path through pip's sh trampoline), or
+#: fail with one line saying why
+FIND_ENGINE_PYTHON = (
+    'case "${CMD##*/}" in python|python[0-9]*) EPY=$CMD ;; *) '
+    'P=$(command -v "$CMD") || { echo "autotune: the server command $CMD is not found" >&2; exit 127; }; '
+    'L=$(head -c 200 "$P" 2>/dev/null | head -n 1); '
+    'case "$L" in "#!"*python*) EPY=${L#??} ;; '
+    '"#!/bin/sh"*) EPY=$(sed -n "2s/^' "'''exec' " r'\"\\([^\"]*\\)\".*/\\1/p" "$P") ;; *) EPY= ;; esac; '
+    '[ -n "$EPY" ] || { echo "autotune: the server command $CMD is not a Python program (no python on its #! '
+    'line)" >&2; '
+    'exit 126; } ;; esac'
+)
 _SIBLING = re.compile(r"^from autotune\.targets\.programs import (\w+)", re.MULTILINE)
 
 
@@ -41,6 +54,9 @@ def script(name: str) -> str:
     """Program ``name`` as one ``python3 -c`` text: the sibling modules it imports registered first (as modules of
     an otherwise empty ``autotune.targets.programs`` package), then the program run as ``__main__``."""
     modules = [(dep, source(dep)) for dep in _siblings(name, [])]
+    run = f"exec(compile({source(name)!r}, {name + '.py'!r}, 'exec'), {{'__name__': '__main__'}})"
+    if not modules:
+        return run  # no stand-in autotune package: a program run by the engine's python may import the real one
     return "\n".join([
         "import sys, types",
         "def _module(name, path=None):",
@@ -56,8 +72,15 @@ def script(name: str) -> str:
         "    _m = _module('autotune.targets.programs.' + _name)",
         "    exec(compile(_text, _name + '.py', 'exec'), _m.__dict__)",
         "    setattr(_package, _name, _m)",
-        f"exec(compile({source(name)!r}, {name + '.py'!r}, 'exec'), {{'__name__': '__main__'}})",
+        run,
     ])
+
+
+def engine_program_lines(command: str, name: str) -> str:
+    """Shell lines running program ``name`` by the python of server command ``command`` (its standard input is the
+    program's). ``$EPY`` is left unquoted: a ``#!/usr/bin/env python3`` line is two words."""
+    return "\n".join([f"CMD={shlex.quote(command)}", FIND_ENGINE_PYTHON,
+                      f"exec $EPY -c {shlex.quote(script(name))}"])
 
 
 def program_line(name: str, *args: object) -> str:

@@ -8,32 +8,14 @@ from __future__ import annotations
 import shlex
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import paramiko
 
+from autotune.targets.completed import Completed
 from autotune.targets.ssh.connection import Connection, OpenFailed, RemoteTimeout
 
 DEFAULT_TIMEOUT = 30.0      # default deadline of one remote command
-
-
-@dataclass(frozen=True)
-class Completed:
-    """A finished remote command."""
-
-    status: int
-    stdout: str
-    stderr: str
-
-    @property
-    def ok(self) -> bool:
-        return self.status == 0
-
-    def detail(self) -> str:
-        """One line saying what went wrong (stderr, else stdout)."""
-        text = (self.stderr.strip() or self.stdout.strip()).splitlines()
-        return text[-1][:300] if text else f"exit status {self.status}"
 
 
 def sh_command(argv: Sequence[str]) -> str:

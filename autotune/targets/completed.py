@@ -1,0 +1,23 @@
+"""A finished command on a target (a remote shell command, or a program run beside the server): its exit status and
+output."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Completed:
+    """A finished command."""
+
+    status: int
+    stdout: str
+    stderr: str
+
+    @property
+    def ok(self) -> bool:
+        return self.status == 0
+
+    def detail(self) -> str:
+        """One line saying what went wrong (stderr, else stdout)."""
+        text = (self.stderr.strip() or self.stdout.strip()).splitlines()
+        return text[-1][:300] if text else f"exit status {self.status}"

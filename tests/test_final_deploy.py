@@ -98,7 +98,8 @@ def test_the_final_deploy_retries_the_best_then_the_next_best(
     handler.emit = lambda record: lines.append(record.getMessage())  # type: ignore[method-assign]
     logger = logging.getLogger("autotune")
     logger.addHandler(handler)
-    monkeypatch.setattr(logger, "level", logging.INFO)
+    level = logger.level
+    logger.setLevel(logging.INFO)  # setLevel, not the attribute: it clears the level its children cached
     target = KeptLocalTarget(plan.target, cwd=tmp_path)
     try:
         best = Tuner(plan, RunOptions())._finish(study, target)
@@ -109,6 +110,7 @@ def test_the_final_deploy_retries_the_best_then_the_next_best(
             running = info["speculative_num_steps"]
     finally:
         logger.removeHandler(handler)
+        logger.setLevel(level)
         target.stop()
     assert best is not None and best.number == 1
     assert running == ends_on, lines

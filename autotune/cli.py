@@ -235,6 +235,9 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
         import shlex
 
         click.echo(f"trial {rec.number}: {forms.estimate_text(rec, study)}")
+        trust = forms.predictions_line(study)
+        if trust is not None:
+            click.echo(trust)
         if rec.slo_capacity is not None:
             click.echo(forms.capacity_line(rec))
         for k, v in rec.params.items():

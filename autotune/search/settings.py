@@ -61,7 +61,7 @@ class SearchSettings:
     #: "early" (as soon as the tuner's own proposals begin) or "off"
     cover: str = "late"
     #: with cover "late": launches left after the coverage for following up what it found, before the confirmations
-    cover_room: int = 3
+    cover_room: int = 6
     #: launches the physics prior may miss (measured outside the interval the model predicted with it) before the
     #: study's search sets it aside and leans on the data-only model (0: never)
     physics_misses: int = 1

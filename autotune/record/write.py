@@ -114,18 +114,20 @@ def queued(role: str, origin: str | None = None, prediction: Mapping[str, Any] |
     return attrs
 
 
-def predicted_outcome(trial: optuna.Trial, value: float) -> None:
+def predicted_outcome(trial: optuna.Trial, value: float, precision: float | None = None) -> None:
     """Once a trial with a prediction is measured: how far off the prediction was (``error``: measured over
-    predicted, less one) and whether the measurement fell inside its 95% interval; the same for physics' own
+    predicted, less one) and whether the prediction's 95% interval meets the measurement's own (``precision``: its
+    relative half-width; a measurement's noise alone is no miss); the same for physics' own prediction
     (``physics_error``, ``physics_inside``). A no-op without a prediction."""
     prediction = trial.user_attrs.get("prediction")
     if not prediction or not prediction.get("value"):
         return
+    lo, hi = value * (1 - (precision or 0.0)), value * (1 + (precision or 0.0))
     outcome: dict[str, Any] = {"error": value / prediction["value"] - 1,
-                               "inside": bool(prediction["low"] <= value <= prediction["high"])}
+                               "inside": bool(prediction["low"] <= hi and lo <= prediction["high"])}
     if prediction.get("physics"):
         outcome["physics_error"] = value / prediction["physics"] - 1
-        outcome["physics_inside"] = bool(prediction["physics_low"] <= value <= prediction["physics_high"])
+        outcome["physics_inside"] = bool(prediction["physics_low"] <= hi and lo <= prediction["physics_high"])
     trial.set_user_attr("prediction_outcome", outcome)
 
 

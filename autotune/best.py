@@ -31,6 +31,8 @@ def document(rec: TrialRecord, study: optuna.Study) -> dict[str, Any]:
     doc = {"number": rec.number, "params": rec.params,
            "value": rec.values[0] if rec.values and len(rec.values) == 1 else None, "values": rec.values,
            "metrics": rec.metrics, "command": rec.command, "estimate": estimate}
+    predicted = results.predictions(study.get_trials(deepcopy=False))
+    doc["predictions"] = None if predicted is None else predicted.document()
     measured = adaptive_measured.compare(study)
     if measured is not None:
         doc["adaptive"] = adaptive_measured.document(measured)
@@ -41,6 +43,12 @@ def _estimate(rec: TrialRecord, study: optuna.Study) -> results.Estimate | None:
     key = rec.config_key if rec.reused_from is None else TrialRecord.of(
         study.get_trials(deepcopy=False)[rec.reused_from]).config_key
     return results.estimates(study).get(key) if key else None
+
+
+def predictions_line(study: optuna.Study) -> str | None:
+    """How well the search predicted its launches (how far to trust the pick), or None when it predicted none."""
+    predicted = results.predictions(study.get_trials(deepcopy=False))
+    return None if predicted is None else f"how far to trust the pick: {predicted.text()}"
 
 
 def estimate_text(rec: TrialRecord, study: optuna.Study) -> str:

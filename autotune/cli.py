@@ -238,6 +238,9 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
         import shlex
 
         click.echo(f"trial {rec.number}: {forms.estimate_text(rec, study)}")
+        trust = forms.predictions_line(study)
+        if trust is not None:
+            click.echo(trust)
         if rec.slo_capacity is not None:
             click.echo(forms.capacity_line(rec))
         for k, v in rec.params.items():
@@ -416,14 +419,16 @@ def sim_surface(profile: str | None, study_name: str | None, concurrency: int, s
 @sim.command("profile")
 @click.option("--random", "seed", required=True, type=click.IntRange(min=0), metavar="SEED",
               help="Draw a random host, model and draft from this seed (the same seed, the same profile).")
+@click.option("--family", type=click.Choice(["closed", "tree"]), default="closed", show_default=True,
+              help="The draft's acceptance model: the emulator's closed form, or a Monte Carlo of SGLang's tree.")
 @click.option("--out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None, metavar="FILE",
               help="Write the profile file here (default: print it).")
-def sim_profile(seed: int, out: Path | None) -> None:
+def sim_profile(seed: int, family: str, out: Path | None) -> None:
     """A physically plausible emulator profile drawn from real GPUs and model cards, for --sim-profile FILE and
     `autotune sim surface --profile FILE`."""
     from autotune.sim.random_profile import draw
 
-    host = draw(seed)
+    host = draw(seed, family=family)
     if out is None:
         click.echo(host.toml(), nl=False)
         return

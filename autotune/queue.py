@@ -34,9 +34,10 @@ log = logging.getLogger("autotune")
 ALWAYS_RETRIED = ("interrupted", "baseline_pending")
 
 
-def enqueue(study: optuna.Study, params: Mapping[str, ArgValue], role: str, origin: str | None = None) -> None:
-    """Queue ``params`` as a trial of ``role`` (one of record.ROLES)."""
-    study.enqueue_trial(dict(params), user_attrs=record.write.queued(role, origin))
+def enqueue(study: optuna.Study, params: Mapping[str, ArgValue], role: str, origin: str | None = None,
+            prediction: Mapping[str, float | None] | None = None) -> None:
+    """Queue ``params`` as a trial of ``role`` (one of record.ROLES), with what the search predicted of it."""
+    study.enqueue_trial(dict(params), user_attrs=record.write.queued(role, origin, prediction))
 
 
 def start(study: optuna.Study, plan: Plan, warm: Sequence[Proposal] | None = None) -> None:
@@ -75,7 +76,7 @@ def queue_next(study: optuna.Study, plan: Plan, budget: int) -> Proposal | None:
     if proposal is None and len(study.directions) == 1:
         proposal = propose(study, trials, plan, budget, plan.spec.seed)
     if proposal is not None:
-        enqueue(study, proposal.params, proposal.role, proposal.origin)
+        enqueue(study, proposal.params, proposal.role, proposal.origin, proposal.prediction)
     return proposal
 
 

@@ -3,6 +3,7 @@ measured config is worth, pooled over every launch of it: the best is the config
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass
 
 import optuna
@@ -219,3 +220,40 @@ def best(study: optuna.Study) -> FrozenTrial | None:
         return trials[top.trials[0]]
     candidates = [t for t in trials if feasible(t)]
     return max(candidates, key=lambda t: (score(t, study), -t.number), default=None)
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """How well the search's model predicted the launches it chose, before they ran: how many it predicted, the
+    median and the worst error (measured over predicted, less one) with the worst one's trial, and how many fell
+    outside the predicted 95% interval, and how many outside physics' own (the study's search then set physics
+    aside)."""
+
+    launches: int
+    median_error: float
+    worst_error: float
+    worst_trial: int
+    outside: int
+    physics_outside: int
+
+    def text(self) -> str:
+        return (f"the search's model predicted {self.launches} launch{'es' if self.launches > 1 else ''} before "
+                f"they ran: median error {self.median_error:+.1%}, worst {self.worst_error:+.1%} (trial "
+                f"{self.worst_trial}); {self.outside} outside the predicted 95% interval"
+                + (f"; physics missed {self.physics_outside} (then set aside)" if self.physics_outside else ""))
+
+    def document(self) -> dict[str, float | int]:
+        return {"launches": self.launches, "median_error": self.median_error, "worst_error": self.worst_error,
+                "worst_trial": self.worst_trial, "outside": self.outside, "physics_outside": self.physics_outside}
+
+
+def predictions(trials: list[FrozenTrial]) -> Predictions | None:
+    """The study's launches the search predicted (None: none was)."""
+    rows = [(t.number, rec) for t in launches(trials) if (rec := TrialRecord.of(t)).prediction_outcome]
+    if not rows:
+        return None
+    errors = sorted((rec.prediction_outcome["error"], n) for n, rec in rows)
+    worst = max(errors, key=lambda e: abs(e[0]))
+    misses = [rec for _, rec in rows if not rec.prediction_outcome["inside"]]
+    return Predictions(len(rows), statistics.median(e for e, _ in errors), worst[0], worst[1], len(misses),
+                       sum(1 for _, rec in rows if rec.prediction_outcome.get("physics_inside") is False))

@@ -124,13 +124,13 @@ RANDOM_C32_TOK_S = 7500.0
 PROMPT_TOKENS = 40
 
 
-def random_host(seed: int, out: Path) -> str:
-    """Register the random host of ``seed`` (`autotune sim profile --random SEED`): its profile file in OUT/hosts/,
-    its tp, and a speedup like the named profiles'. Returns its name."""
-    name = f"random-{seed}"
+def random_host(seed: int, out: Path, family: str = "closed") -> str:
+    """Register the random host of ``seed`` (`autotune sim profile --random SEED --family FAMILY`): its profile file
+    in OUT/hosts/, its tp, and a speedup like the named profiles'. Returns its name."""
+    host = draw(seed, family=family)
+    name = host.name
     if name in PROFILES:
         return name
-    host = draw(seed)
     path = out / "hosts" / f"{name}.toml"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -141,7 +141,8 @@ def random_host(seed: int, out: Path) -> str:
                              32, PROMPT_TOKENS, MAX_TOKENS)
     speedup = float(f"{RANDOM_C32_TOK_S / max(base.concurrent_tok_s, 1e-9):.3g}")
     PROFILES[name] = {"model": "/models/random", "tp": host.tp, "speedup": speedup, "concurrency": 32,
-                      "sim_profile": str(path.resolve()), "describe": host.describe(), "seed": seed}
+                      "sim_profile": str(path.resolve()), "describe": host.describe(), "seed": seed,
+                      "family": family}
     return name
 
 
@@ -205,6 +206,16 @@ SETUPS: dict[str, dict[str, Any]] = {
     "draft-log": {"_search": {"geometry": "draft-log", "starting_points": 2, "physics": False}},
     "ls-long": {"_search": {"lengthscales": (0.25, 0.4, 0.7, 1.2), "starting_points": 2, "physics": False}},
     "ls-035": {"_search": {"lengthscales": (0.35,), "starting_points": 2, "physics": False}},
+    # when each topk no launch has tried gets one (at the model's best config there): as soon as the tuner's own
+    # proposals begin, 6 launches before the confirmations (the default), 3 before, right before, or never
+    "cover-early": {"_search": {"cover": "early"}},
+    "cover-late": {"_search": {"cover": "late", "cover_room": 3}},
+    "cover-last": {"_search": {"cover": "late", "cover_room": 0}},
+    "cover-room6": {"_search": {"cover": "late", "cover_room": 6}},
+    "cover-off": {"_search": {"cover": "off"}},
+    # physics set aside after its first miss beyond its own interval (the default), after its second, never
+    "physics-miss2": {"_search": {"physics_misses": 2}},
+    "physics-keep": {"_search": {"physics_misses": 0}},
 }
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"
@@ -546,6 +557,43 @@ def oom_start_hosts(profiles: list[str], truths: dict[str, Truth]) -> set[str]:
     return {h for h in profiles if any(not truths[h].fits.get(k, True) for k in points)}
 
 
+def lowest_prior_topk_hosts(profiles: list[str], truths: dict[str, Truth], mode: str) -> set[str]:
+    """Hosts whose optimum (for ``mode``) lies at the topk the opening and the physics prior rank lowest: physics.py
+    fitted to the truth at the baseline and every one of the engine's starting points, each topk's best config by
+    its prediction, the topk whose best is lowest."""
+    from autotune.search.physics import Observation, Physics
+
+    opening = [(1, 1, 2)] + [key_of(p) for p in SGLang().starting_points(DEFAULT_SPACE,
+                                                                          {"speculative-algorithm": "EAGLE"})]
+    out = set()
+    for h in profiles:
+        truth = truths[h]
+        lengths = {key_of(r["params"]): r["accept_length"] for r in truth.surface["configs"]}
+        seen = [Observation(k, lengths[k], {1: truth.single[k], 32: truth.concurrent[k]})
+                for k in opening if truth.fits.get(k) and lengths.get(k)]
+        model = Physics.fit(seen, 3)
+        if model is None:
+            continue
+        fitting = [k for k, fit in truth.fits.items() if fit]
+        best_by_topk = {t: max(_predicted(model, mode, k, truth.base) for k in fitting if k[1] == t)
+                        for t in {k[1] for k in fitting}}
+        lowest = min(best_by_topk, key=best_by_topk.get)
+        optimum = max(fitting, key=lambda k: truth.value(mode, k))
+        if optimum[1] == lowest:
+            out.add(h)
+    return out
+
+
+def _predicted(model: Any, mode: str, key: tuple[int, int, int], base: tuple[int, int, int]) -> float:
+    """physics.py's prediction of a config's value for ``mode`` (weighted: relative to the baseline's)."""
+    v, b = model.tok_s(key), model.tok_s(base)
+    if mode == "single":
+        return v[1]
+    if mode == "concurrent":
+        return v[32]
+    return math.sqrt(v[1] / b[1] * v[32] / b[32])
+
+
 def quantile(values: list[float], q: float) -> float:
     """The value that a share ``q`` of ``values`` is at or below (nearest rank)."""
     ordered = sorted(values)
@@ -554,20 +602,30 @@ def quantile(values: list[float], q: float) -> float:
 
 def distribution_table(rows: list[dict[str, Any]], profiles: list[str], modes: list[str], setups: list[str],
                        cap: int, truths: dict[str, Truth]) -> str:
-    """Per group of hosts (the random ones, those of them where a starting point fails for memory, each named
-    profile), mode and setup, over every study (hosts x seeds): the median launch at which the pick came within 2%,
-    the share of studies within 2% by ``cap``, the worst decile's and the median pick after ``cap`` launches, and
-    the worst study."""
+    """Per group of hosts (the random ones, each family of them, those where a starting point fails for memory,
+    those whose optimum lies at the topk the opening and the physics prior rank lowest (per mode: prior-lowest),
+    each named profile), mode and setup, over every study (hosts x seeds): the median launch at which the pick came
+    within 2%, the share of studies within 2% by ``cap``, the worst decile's and the median pick after ``cap``
+    launches, and the worst study."""
     randoms = [p for p in profiles if p.startswith("random-")]
     oom = oom_start_hosts(randoms, truths)
-    groups = ([(f"random hosts ({len(randoms)})", set(randoms))] if randoms else [])
-    groups += [(f"OOM-start hosts ({len(oom)})", oom)] if oom else []
-    groups += [(p, {p}) for p in profiles if not p.startswith("random-")]
+    every = tuple(modes)
+    groups = ([(f"random hosts ({len(randoms)})", set(randoms), every)] if randoms else [])
+    for family in ("closed", "tree"):
+        members = {p for p in randoms if PROFILES[p].get("family", "closed") == family}
+        if members and len(members) < len(randoms):
+            groups.append((f"{family} family ({len(members)})", members, every))
+    groups += [(f"OOM-start hosts ({len(oom)})", oom, every)] if oom else []
+    for m in modes:
+        low = lowest_prior_topk_hosts(randoms, truths, m)
+        if low:
+            groups.append((f"prior-lowest ({len(low)})", low, (m,)))
+    groups += [(p, {p}, every) for p in profiles if not p.startswith("random-")]
     head = (f"{'hosts':<22} {'mode':<10} {'setup':<18} {'studies':>7} {'median':>6} {'within 2% by ' + str(cap):>16}"
             f" {'p10 pick':>8} {'median pick':>11}  worst study (host seed: pick, launches to 2%)")
     lines = [head, "-" * len(head)]
-    for label, hosts in groups:
-        for m in modes:
+    for label, hosts, its_modes in groups:
+        for m in its_modes:
             for s in setups:
                 sel = [r for r in rows if r["profile"] in hosts and (r["mode"], r["setup"]) == (m, s)]
                 if not sel:
@@ -663,6 +721,8 @@ def main() -> None:
                     help="N random hosts (`autotune sim profile --random SEED`), seeds drawn from the clock")
     ap.add_argument("--random-seeds", default="", metavar="S1,S2,...",
                     help="random hosts of these seeds (a printed run, repeated); OUT/hosts.txt: every host so far")
+    ap.add_argument("--families", default="closed", metavar="closed,tree",
+                    help="each random seed's host in these acceptance families (`autotune sim profile --family`)")
     ap.add_argument("--closed", action="store_true",
                     help="with --surrogate: the closed form as the truth (screening only; the tables' truth is "
                          "`sim surface --study`'s)")
@@ -690,7 +750,7 @@ def main() -> None:
         args.out.mkdir(parents=True, exist_ok=True)
         with open(args.out / "hosts.txt", "a") as f:
             f.write(",".join(map(str, drawn)) + "\n")
-    profiles += [random_host(seed, args.out) for seed in seeds_random]
+    profiles += [random_host(seed, args.out, family) for family in args.families.split(",") for seed in seeds_random]
     for name, known in ((profiles, PROFILES), (modes, MODES), (setups, SETUPS)):
         unknown = [x for x in name if x not in known]
         if unknown:

@@ -8,7 +8,8 @@ Only this package reads or writes user attrs. The objective writes a trial's rec
 Keys (user attrs of a trial):
     baseline, starting_point,  why the config was queued (ROLES); a retry keeps them
     warm_start, neighbour,
-    model, shrink, confirmation,
+    model, shrink, coverage,
+    confirmation,
     adaptive                   (adaptive: the engine's adaptive speculative server built from the study's measurements)
     origin                     a warm start's source ("study OLD, trial N")
     retry_of                   the trial this one repeats (cut short for the infrastructure's sake)
@@ -24,6 +25,11 @@ Keys (user attrs of a trial):
     reason, detail, stage      why it did not give a feasible measurement, and at which stage
     reused_from                the trial whose measurement of the same effective config it copies
     schedule                   an adaptive server's schedule file, the trials it was built from and why
+    prediction                 what the search's model expected of a config it queued, before the launch: value,
+                               its 95% interval (low, high), physics' own value and interval (physics,
+                               physics_low, physics_high; physics None when the prior was not in use)
+    prediction_outcome         after the launch: error (measured / predicted - 1), inside (the interval held it),
+                               physics_error and physics_inside
 Study user attrs: objective, study_file, study_path, reference (the baseline's figures), opening (the configs a
 new study measures after its baseline, queued one at a time).
 """

@@ -14,8 +14,10 @@ from autotune.owner import Owner
 
 #: user attrs that say why a config was queued rather than suggested (a retry keeps them): the baseline, the
 #: engine's starting points, neighbours of the leader, the search's picks over the whole space (``model``) and
-#: right below a config that ran out of memory (``shrink``), confirmations of the leader and its close rivals
-ROLES = ("baseline", "starting_point", "warm_start", "neighbour", "model", "shrink", "confirmation", "adaptive")
+#: right below a config that ran out of memory (``shrink``) and at a value of a categorical flag no launch has measured
+#: (``coverage``), confirmations of the leader and its close rivals
+ROLES = ("baseline", "starting_point", "warm_start", "neighbour", "model", "shrink", "coverage", "confirmation",
+         "adaptive")
 
 AnyTrial = optuna.Trial | FrozenTrial
 
@@ -57,6 +59,10 @@ class TrialRecord:
     #: flags the engine on the target runs with other values than the rules predicted: {flag: [predicted, runs]}
     host_rewrote: dict[str, list[Any]] | None = None
     schedule: dict[str, Any] | None = None   # an adaptive server's schedule: the file and where it came from
+    #: what the search's model expected before the launch: value, low, high (95%), physics (None: not used)
+    prediction: dict[str, Any] | None = None
+    #: after it: error (measured / predicted - 1) and whether the measurement fell inside the interval
+    prediction_outcome: dict[str, Any] | None = None
     duration_s: float | None = None
     started: str | None = None
     completed: str | None = None
@@ -78,6 +84,7 @@ class TrialRecord:
             levels=list(a.get("levels") or []), value_ci=a.get("value_ci"), detail=a.get("detail"),
             stage=a.get("stage"), reused_from=_int(a.get("reused_from")), schedule=a.get("schedule"),
             host_rewrote=a.get("host_rewrote"),
+            prediction=a.get("prediction"), prediction_outcome=a.get("prediction_outcome"),
             duration_s=t.duration.total_seconds() if t.duration else None,
             started=t.datetime_start.isoformat() if t.datetime_start else None,
             completed=t.datetime_complete.isoformat() if t.datetime_complete else None,
@@ -164,6 +171,8 @@ class TrialRecord:
             "retry_of": self.retry_of,
             "origin": self.origin,
             "value_ci": self.value_ci,
+            "prediction": self.prediction,
+            "prediction_outcome": self.prediction_outcome,
             "duration_s": self.duration_s,
             "started": self.started,
             "completed": self.completed,

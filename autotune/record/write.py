@@ -107,14 +107,34 @@ def reused(trial: optuna.Trial, prior: FrozenTrial) -> None:
             trial.set_user_attr(key, prior.user_attrs[key])
 
 
-def queued(role: str, origin: str | None = None) -> dict[str, Any]:
+def queued(role: str, origin: str | None = None, prediction: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The attrs a trial queued as ``role`` (one of ROLES) starts with; ``origin``: where a warm start's config came
-    from ("study OLD, trial N")."""
+    from ("study OLD, trial N"); ``prediction``: what the search's model expected of it before it ran (``value``,
+    its 95% interval ``low`` and ``high``, and ``physics``, the fitted physics' own value, when the model used it)."""
     assert role in ROLES
     attrs: dict[str, Any] = {role: True}
     if origin is not None:
         attrs["origin"] = origin
+    if prediction is not None:
+        attrs["prediction"] = dict(prediction)
     return attrs
+
+
+def predicted_outcome(trial: optuna.Trial, value: float, precision: float | None = None) -> None:
+    """Once a trial with a prediction is measured: how far off the prediction was (``error``: measured over
+    predicted, less one) and whether the prediction's 95% interval meets the measurement's own (``precision``: its
+    relative half-width; a measurement's noise alone is no miss); the same for physics' own prediction
+    (``physics_error``, ``physics_inside``). A no-op without a prediction."""
+    prediction = trial.user_attrs.get("prediction")
+    if not prediction or not prediction.get("value"):
+        return
+    lo, hi = value * (1 - (precision or 0.0)), value * (1 + (precision or 0.0))
+    outcome: dict[str, Any] = {"error": value / prediction["value"] - 1,
+                               "inside": bool(prediction["low"] <= hi and lo <= prediction["high"])}
+    if prediction.get("physics"):
+        outcome["physics_error"] = value / prediction["physics"] - 1
+        outcome["physics_inside"] = bool(prediction["physics_low"] <= hi and lo <= prediction["physics_high"])
+    trial.set_user_attr("prediction_outcome", outcome)
 
 
 def retried(trial: FrozenTrial) -> tuple[dict[str, Any], dict[str, Any]]:

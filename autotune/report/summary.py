@@ -122,7 +122,8 @@ def _heading(study: optuna.Study, spec: StudySpec | None, recs: list[TrialRecord
             + (f" of {spec.trials}" if spec else "") + f". Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
 
 
-def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader: results.Estimate | None) -> list[str]:
+def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader: results.Estimate | None,
+          study: optuna.Study | None = None) -> list[str]:
     lines = ["## Best", ""]
     if best is None:
         return [*lines, "No feasible measured trial yet.", ""]
@@ -137,6 +138,9 @@ def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader:
               f"TTFT p99 {_fmt(m.get('ttft_p99_ms'))} ms"]
     if base is not None and base.number != best.number and base.state == TrialState.COMPLETE:
         lines += [f"- {g.name} vs the baseline (trial {base.number}): {g.text()}" for g in gains(best, base)]
+    predicted = results.predictions(list(study.get_trials(deepcopy=False))) if study is not None else None
+    if predicted is not None:
+        lines.append(f"- how far to trust the pick: {predicted.text()}")
     lines.append("")
     if best.command:
         lines += ["Server command line:", "", "```sh", shlex.join(best.command), "```", ""]
@@ -275,7 +279,7 @@ def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[Pl
     best = TrialRecord.of(best_t) if best_t is not None else None
     base = TrialRecord.of(base_t) if base_t is not None else None
     lines = _heading(study, spec, recs)
-    lines += _best(spec.name if spec else study.study_name, best, base, results.leader(study))
+    lines += _best(spec.name if spec else study.study_name, best, base, results.leader(study), study)
     lines += _baseline(base)
     lines += _per_concurrency(study)
     lines += _capacity(study)

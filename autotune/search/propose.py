@@ -46,8 +46,10 @@ if TYPE_CHECKING:
 
 #: a config's prior mean of the log objective, from its effective args
 Prior = Callable[[Mapping[str, ArgValue]], float]
+#: a 95% interval's half-width in standard deviations
+Z95 = 1.96
 #: roles of the configs the tuner's own search queues (a neighbour every ``neighbour_every`` launches)
-OWN = ("neighbour", "model", "shrink")
+OWN = ("neighbour", "model", "shrink", "coverage")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,8 @@ class Proposal:
     params: dict[str, ArgValue]
     role: str
     origin: str | None = None
+    #: what the model expects of it: value, low, high (its 95% interval), physics (physics' own value, or None)
+    prediction: dict[str, float | None] | None = None
 
 
 def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: int, seed: int | None = None
@@ -75,21 +79,29 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     leader = results.top(found)
     if left <= 0 or leader is None:
         return None
-    if left <= settings.confirm_reserve(budget):
-        return _confirmation(trials, leader, found)
-    if plan.spec.sampler not in MODEL_BASED or not settings.neighbour_every:
-        return None  # random search and the grid stay what they say they are
+    own_search = plan.spec.sampler in MODEL_BASED and bool(settings.neighbour_every)
+    reserve = settings.confirm_reserve(budget)
     done = sorted((TrialRecord.of(t) for t in launched), key=lambda r: r.number)
     start = plan.startup if settings.model_from is None else settings.model_from
-    since = settings.neighbour_every - 1
-    recent = done[start:][-since:] if since else []
-    if len(done) < start or any(r.role in OWN for r in recent):
-        return None
+    if not own_search or len(done) < start:
+        return _confirmation(trials, leader, found) if left <= reserve else None
     measured = _measured_keys(trials)
     rng = random.Random(None if seed is None else seed * 7919 + len(done))
     feasibility = Feasibility(plan.engine, trials)
     predict = _physics(study, plan, trials) if settings.physics and settings.scope == "global" else None
+    if predict is not None and physics_set_aside(trials, settings) is not None:
+        predict = None  # it mispredicted beyond its interval: the data-only model for the rest of the study
     points = _points(plan.space, trials, found, settings, predict)
+    if settings.cover != "off":
+        gaps = uncovered(plan.space, trials, measured, feasibility, settings)
+        if gaps and (settings.cover == "early" or left <= reserve + len(gaps) + settings.cover_room):
+            return _cover(plan.space, settings, gaps, measured, points, feasibility, rng, predict)
+    if left <= reserve:
+        return _confirmation(trials, leader, found)
+    since = settings.neighbour_every - 1
+    recent = done[start:][-since:] if since else []
+    if any(r.role in OWN for r in recent):
+        return None
     if settings.shrink_after_oom and done and done[-1].reason in MEMORY_REASONS:
         shrunk = _below(plan.space, done[-1].params, measured, feasibility)
         if shrunk is not None:
@@ -101,6 +113,90 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     rivals = _rivals(leader, found) if settings.rivals_neighbours else []
     around = [TrialRecord.of(trials[e.trials[0]]).params for e in (leader, *rivals)]
     return _neighbour(plan.space, settings, around, measured, points, rng)
+
+
+def uncovered(space: Space, trials: list[FrozenTrial], measured: set[str], feasibility: Feasibility,
+              settings: SearchSettings) -> dict[str, list[ArgValue]]:
+    """Per categorical flag of the space, its values no launch has tried yet and where some unmeasured config may
+    still fit in memory (a launch that ran out of memory tried its value: the whole-space model may go back there
+    below the memory boundary)."""
+    flags = {p.name: p.values() for p in space.params if p.type == "categorical" and len(p.values()) > 1}
+    if not flags:
+        return {}
+    seen: dict[str, set[ArgValue]] = {name: set() for name in flags}
+    for t in results.launches(trials):
+        rec = TrialRecord.of(t)
+        if rec.adaptive:
+            continue
+        for name in flags:
+            if name in rec.params:
+                seen[name].add(rec.params[name])
+    open_: dict[str, set[ArgValue]] = {name: set() for name in flags}
+    for params, candidate in valid_configs(space):
+        missing = [n for n in flags if params.get(n) not in seen[n] and params.get(n) not in open_[n]]
+        if missing and candidate.key not in measured and feasibility.probability(candidate.args,
+                                                                                 settings.fit_unknown) > 0:
+            for n in missing:
+                open_[n].add(params[n])
+    return {n: [v for v in flags[n] if v in open_[n]] for n in flags if open_[n]}
+
+
+def _cover(space: Space, settings: SearchSettings, gaps: dict[str, list[ArgValue]], measured: set[str],
+           points: list[Point], feasibility: Feasibility, rng: random.Random, prior: Prior | None) -> Proposal | None:
+    """The model's best config (its mean times its chance of fitting) at a value of a categorical flag no launch has
+    measured; of the values open, the one whose best config the model rates highest (at random while the model has
+    too few points)."""
+    options = []
+    for params, candidate in valid_configs(space):
+        if candidate.key in measured or not any(params.get(n) in values for n, values in gaps.items()):
+            continue
+        chance = feasibility.probability(candidate.args, settings.fit_unknown)
+        if chance > 0:
+            options.append((params, candidate, chance))
+    if not options:
+        return None
+    rng.shuffle(options)
+    if not informed(points, settings):
+        return Proposal(space.internal(options[0][0]), "coverage")
+    where = [coordinates(space, params, settings) for params, _, _ in options]
+    priors = [prior(c.args) for _, c, _ in options] if prior else None
+    mu, _ = posterior(points, where, unordered(space), settings, priors)
+    best = max(range(len(options)), key=lambda i: mu[i] + math.log(options[i][2]))
+    return Proposal(space.internal(options[best][0]), "coverage",
+                    prediction=_predicted(points, where[best], space, settings, priors[best] if priors else None))
+
+
+def physics_set_aside(trials: list[FrozenTrial], settings: SearchSettings) -> int | None:
+    """The trial after which the study's physics prior is set aside: the ``physics_misses``-th launch whose
+    measurement fell outside the interval physics predicted for it (None: not set aside)."""
+    if not settings.physics_misses:
+        return None
+    misses = 0
+    for t in sorted(results.launches(trials), key=lambda t: t.number):
+        rec = TrialRecord.of(t)
+        if rec.prediction_outcome and rec.prediction_outcome.get("physics_inside") is False:
+            misses += 1
+            if misses >= settings.physics_misses:
+                return rec.number
+    return None
+
+
+def _predicted(points: list[Point], where: tuple[float, ...], space: Space, settings: SearchSettings,
+               prior: float | None) -> dict[str, float | None]:
+    """What the search expects of one config's objective value before its launch: the model's mean and 95% interval
+    (its own uncertainty and a measurement's noise, ``SearchSettings.prediction_noise``) and, when the physics
+    prior is in use, physics' own value and interval (its spread: how far the launches it was fitted to lie from it,
+    and the noise)."""
+    mu, sd = posterior(points, [where], unordered(space), settings, None if prior is None else [prior])
+    spread = Z95 * math.sqrt(float(sd[0]) ** 2 + settings.prediction_noise ** 2)
+    m = float(mu[0])
+    out: dict[str, float | None] = {"value": math.exp(m), "low": math.exp(m - spread),
+                                    "high": math.exp(m + spread), "physics": None}
+    if prior is not None:
+        misfit = [(p.log_value - p.prior) ** 2 for p in points if p.log_value is not None]
+        own = Z95 * math.sqrt(sum(misfit) / max(len(misfit), 1) + settings.prediction_noise ** 2)
+        out.update(physics=math.exp(prior), physics_low=math.exp(prior - own), physics_high=math.exp(prior + own))
+    return out
 
 
 def _rivals(leader: results.Estimate, found: dict[str, results.Estimate]) -> list[results.Estimate]:
@@ -233,7 +329,8 @@ def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, 
     else:
         gain = improvement(points, where, unordered(space), math.log(leader.value), settings, priors)
     best = max(range(len(options)), key=lambda i: gain[i] * options[i][3])
-    return Proposal(space.internal(options[best][0]), "model")
+    return Proposal(space.internal(options[best][0]), "model",
+                    prediction=_predicted(points, where[best], space, settings, priors[best] if priors else None))
 
 
 def _neighbour(space: Space, settings: SearchSettings, around: list[dict[str, ArgValue]], measured: set[str],

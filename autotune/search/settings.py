@@ -56,6 +56,17 @@ class SearchSettings:
     physics_from: int = 6
     #: the chance of fitting given to a config neither above a memory failure nor below a config that started
     fit_unknown: float = 0.5
+    #: when each value of a categorical flag (topk) no launch has measured gets a launch at the model's best config
+    #: there: "late" (``cover_room`` launches before the confirmations begin, or at the latest in their place),
+    #: "early" (as soon as the tuner's own proposals begin) or "off"
+    cover: str = "late"
+    #: with cover "late": launches left after the coverage for following up what it found, before the confirmations
+    cover_room: int = 6
+    #: launches the physics prior may miss (measured outside the interval the model predicted with it) before the
+    #: study's search sets it aside and leans on the data-only model (0: never)
+    physics_misses: int = 1
+    #: a measurement's own relative noise, added to the model's uncertainty in a prediction's 95% interval
+    prediction_noise: float = 0.02
 
     def confirm_reserve(self, budget: int) -> int:
         """Launches kept for confirmations: none in a very short study."""

@@ -7,7 +7,8 @@ Shapes (the profile supplies the coefficients; autotune.sim documents each key):
   The verify forward reads the weights once (``base_ms``), pays ``token_ms`` per token of the B*width batch,
   reads every touched MoE expert once (E * (1 - (1 - k/E)^(B*width)) distinct experts) and the KV cache of
   every running request. Without speculative decoding width is 1 and there is no draft.
-* acceptance: the probability that the draft's path survives depth d given it reached d-1 is
+* acceptance (``[acceptance] model = "tree"``: tree_acceptance.py's Monte Carlo of SGLang's tree instead): the
+  probability that the draft's path survives depth d given it reached d-1 is
   ``first * decay^((d-1)^decay_shape)`` for one candidate; m candidates at a depth cover the target token with
   probability 1 - (1 - q)^(m^topk_gain). The tree's draft-token budget (num_draft_tokens - 1 nodes) is spent
   greedily where it adds most expected length, at most ``topk`` candidates per depth.
@@ -23,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import math
 
+from autotune.sim import tree_acceptance
 from autotune.sim.adaptive import Schedule
 from autotune.sim.profile import Profile
 
@@ -152,14 +154,27 @@ def reach_probabilities(profile: Profile, spec: Spec | None, temperature: float 
     """P(the accepted path reaches depth d) for d = 1..steps (tokens accepted beyond the bonus token)."""
     if spec is None:
         return []
-    alloc = tree_allocation(profile, spec)
     penalty = max(0.0, 1.0 - profile.acceptance.temperature_penalty * max(temperature, 0.0))
+    if profile.acceptance.model == "tree":
+        return tree_acceptance.reach_probabilities(tree_draft(profile, spec), spec.steps, spec.topk, spec.draft,
+                                                   penalty)
+    alloc = tree_allocation(profile, spec)
     reach, out = 1.0, []
     for depth, candidates in enumerate(alloc, start=1):
         reach *= _coverage(depth_acceptance(profile, depth, spec) * penalty, candidates,
                            profile.acceptance.topk_gain)
         out.append(reach)
     return out
+
+
+def tree_draft(profile: Profile, spec: Spec) -> tree_acceptance.TreeDraft:
+    """The profile's draft for the Monte Carlo model (a relaxed acceptance threshold raises its alignment, as
+    depth_acceptance does for the closed form)."""
+    acc = profile.acceptance
+    align = acc.align
+    if spec.threshold_acc < 1.0 or spec.threshold_single < 1.0:
+        align = min(0.995, align / max(min(spec.threshold_acc, spec.threshold_single), 0.05))
+    return tree_acceptance.TreeDraft(align, acc.align_decay, acc.confidence, acc.confidence_spread)
 
 
 def accept_length(profile: Profile, spec: Spec | None, temperature: float = 0.0) -> float:

@@ -88,6 +88,13 @@ class Acceptance:
     topk_gain: float = 0.5
     temperature_penalty: float = 0.1
     mean_output_tokens: int = 600
+    #: "closed" (model.py's closed form from first, decay, decay_shape, topk_gain) or "tree" (tree_acceptance.py:
+    #: SGLang's tree built and verified by Monte Carlo from align, align_decay, confidence, confidence_spread)
+    model: str = "closed"
+    align: float = 0.9
+    align_decay: float = 0.95
+    confidence: float = 0.7
+    confidence_spread: float = 4.0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -201,6 +208,12 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
     acc = sections["acceptance"]
     if not (0 < acc.first < 1 and 0 < acc.decay <= 1):
         raise ProfileError(f"{path}: [acceptance]: first must be in (0, 1) and decay in (0, 1]")
+    if acc.model not in ("closed", "tree"):
+        raise ProfileError(f"{path}: [acceptance].model: expected \"closed\" or \"tree\", got {acc.model!r}")
+    if not (0 < acc.align <= 1 and 0 < acc.align_decay <= 1 and 0 < acc.confidence < 1
+            and acc.confidence_spread > 0):
+        raise ProfileError(f"{path}: [acceptance]: align and align_decay must be in (0, 1], confidence in (0, 1) "
+                           "and confidence_spread above 0")
     return Profile(
         name=str(head.get("name", path.stem)),
         description=str(head.get("description", "")),

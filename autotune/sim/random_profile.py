@@ -153,6 +153,27 @@ ACCEPTANCE: dict[str, dict[str, tuple[float, float]]] = {
     "eagle": {"first": (0.55, 0.80), "decay": (0.80, 0.92), "decay_shape": (1.0, 1.4), "topk_gain": (0.30, 0.50)},
     "mtp": {"first": (0.80, 0.95), "decay": (0.88, 0.98), "decay_shape": (1.2, 1.8), "topk_gain": (0.30, 0.50)},
 }
+#: the second family's draft (``family = "tree"``: tree_acceptance.py's Monte Carlo of SGLang's own tree):
+#: - align (the share of depth-1 positions where the target's token is among the draft's ranks) and confidence (the
+#:   mean probability of the draft's top token) give the chain's first acceptance, align x confidence: 0.45-0.85
+#:   for EAGLE-3 heads (the closed family's first, above), and top-5 coverage align x (1 - (1 - p)^5) of 0.75-0.95
+#:   (Medusa's first head: 60% at top-1, 80-85% at top-5);
+#: - align_decay: EAGLE-3's training-time test keeps acceptance nearly flat with depth (0.99), EAGLE-1/2 heads
+#:   lose ~4% a position (the EAGLE paper's 0.8 -> 0.7 over four), MTP layers trained for one step fall steeply;
+#: - confidence_spread (the beta's a + b): 2 (a draft either sure or lost, as on code and lists) to 8 (even).
+#: Over these ranges the accept length at (8, 8, 64) spans ~3 to ~6.5 (PR 4716's tau 5.88 for llama70b; the
+#: EAGLE-3 paper's ~6.5 at T = 0 the top).
+TREE_ACCEPTANCE: dict[str, dict[str, tuple[float, float]]] = {
+    "eagle3": {"align": (0.85, 0.99), "align_decay": (0.90, 0.995), "confidence": (0.55, 0.85),
+               "confidence_spread": (2.0, 8.0)},
+    "eagle": {"align": (0.85, 0.97), "align_decay": (0.85, 0.96), "confidence": (0.6, 0.82),
+              "confidence_spread": (2.0, 8.0)},
+    "mtp": {"align": (0.92, 0.99), "align_decay": (0.80, 0.93), "confidence": (0.8, 0.95),
+            "confidence_spread": (2.0, 8.0)},
+}
+#: the two families of hosts: the emulator's closed-form acceptance, or the Monte Carlo of SGLang's tree
+FAMILIES = ("closed", "tree")
+
 #: acceptance lost per unit of temperature: 70B EAGLE-3 heads keep ~93 % of (tau - 1) from T = 0 to 1 (0.03), the
 #: profiles hold 0.03-0.15.
 TEMPERATURE_PENALTY = (0.03, 0.15)
@@ -186,10 +207,11 @@ class RandomHost:
     tp: int
     sections: dict[str, dict[str, Any]]
     facts: dict[str, float]
+    family: str = "closed"         # the draft's acceptance model (FAMILIES)
 
     @property
     def name(self) -> str:
-        return f"random-{self.seed}"
+        return f"random-{self.seed}" if self.family == "closed" else f"random-{self.family}-{self.seed}"
 
     def profile(self) -> Profile:
         """The profile as ``load_profile`` would return it from the file (``path`` aside)."""
@@ -203,8 +225,13 @@ class RandomHost:
 
 
 def draw(seed: int, *, model_name: str | None = None, quant: str | None = None, gpu: str | None = None,
-         tp: int | None = None) -> RandomHost:
-    """The host of ``seed``; any of model, quantization, GPU and tp may be pinned (the rest is still drawn)."""
+         tp: int | None = None, family: str = "closed") -> RandomHost:
+    """The host of ``seed``; any of model, quantization, GPU and tp may be pinned (the rest is still drawn).
+    ``family``: the draft's acceptance model, "closed" (the emulator's closed form) or "tree" (the Monte Carlo of
+    SGLang's tree, its draft drawn from TREE_ACCEPTANCE by a generator of its own: the same seed's hardware, model
+    and costs in both families)."""
+    if family not in FAMILIES:
+        raise RandomProfileError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
     rng = random.Random(seed)
     card = rng.choice(CARDS)
     if model_name is not None:
@@ -231,9 +258,23 @@ def draw(seed: int, *, model_name: str | None = None, quant: str | None = None, 
                 continue
             size = fewest * 2 if tp is None and wider and fewest * 2 in TP_SIZES else fewest
             sections, facts = _derive(seed, card, q, g, size, factors, 8 if whole_host else size)
-            return RandomHost(seed, card, q, g, size, sections, facts)
+            if family == "tree":
+                _tree_family(seed, card, sections)
+            return RandomHost(seed, card, q, g, size, sections, facts, family)
     where = f"{gpus[0].name} at tp {tp}" if gpu is not None and tp is not None else "any GPU of the catalog"
     raise RandomProfileError(f"{card.name} ({q.key}) does not fit {where} with a KV pool of {MIN_KV_TOKENS} tokens")
+
+
+def _tree_family(seed: int, card: Card, sections: dict[str, dict[str, Any]]) -> None:
+    """Give the host the Monte Carlo acceptance model, its draft drawn by a generator of its own."""
+    rng = random.Random(f"tree-{seed}")
+    acceptance = sections["acceptance"]
+    acceptance["model"] = "tree"
+    for key, bounds in TREE_ACCEPTANCE[card.draft].items():
+        acceptance[key] = _sig(_u(rng, bounds))
+    head = sections["profile"]
+    head["name"] = f"random-tree-{seed}"
+    head["description"] += ", acceptance by Monte Carlo of SGLang's tree"
 
 
 def _pick(table: dict[str, Any], key: str, what: str) -> Any:
@@ -502,7 +543,8 @@ def render_toml(host: RandomHost) -> str:
         tp=host.tp, spec=model.Spec(1, 1, 2), max_running_requests=model.SPEC_DEFAULT_MAX_RUNNING_REQUESTS))
     facts = host.facts
     lines = [
-        f"# Random host {host.seed} (autotune sim profile --random {host.seed}), drawn by",
+        f"# Random host {host.seed} (autotune sim profile --random {host.seed}"
+        + (f" --family {host.family}" if host.family != "closed" else "") + "), drawn by",
         "# autotune/sim/random_profile.py from real GPUs and model cards (autotune/sim/catalog.py); every range and",
         "# its source is there. Format: see autotune/sim/__init__.py.",
         f"# {host.describe()}.",
@@ -536,8 +578,8 @@ def _toml_value(value: Any) -> str:
     raise TypeError(f"no TOML form for {value!r}")
 
 
-def write_profile(seed: int, out: Path) -> RandomHost:
-    """Draw the host of ``seed`` and write its profile file to ``out``."""
-    host = draw(seed)
+def write_profile(seed: int, out: Path, family: str = "closed") -> RandomHost:
+    """Draw the host of ``seed`` (of ``family``) and write its profile file to ``out``."""
+    host = draw(seed, family=family)
     out.write_text(host.toml())
     return host

@@ -246,6 +246,7 @@ class Objective:
         p = measured.precision
         ci = None if p is None else [values[0] * (1 - p), values[0] * (1 + p)]
         write.measured(trial, measured.metrics, measured.levels, ci)
+        write.predicted_outcome(trial, values[0], p)
         if measured.capacity is not None:
             write.slo_capacity(trial, measured.capacity)
 

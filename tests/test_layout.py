@@ -25,18 +25,13 @@ def _sources() -> dict[str, tuple[Path, str]]:
     return {_module(p): (p, p.read_text()) for p in sorted(PACKAGE.rglob("*.py"))}
 
 
-def _imports(name: str, path: Path, text: str, modules: set[str], typing: bool = True) -> set[str]:
-    """Every autotune module ``name`` imports, wherever the import statement stands (in a function too; under
-    ``if TYPE_CHECKING:`` only with ``typing``)."""
+def _imports(name: str, path: Path, text: str, modules: set[str]) -> set[str]:
+    """Every autotune module ``name`` imports, wherever the import statement stands (in a function, or under ``if
+    TYPE_CHECKING:``, too)."""
     package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
     tree = ast.parse(text)
-    skip = set() if typing else {id(n) for block in ast.walk(tree) if isinstance(block, ast.If)
-                                 and getattr(block.test, "id", None) == "TYPE_CHECKING"
-                                 for stmt in block.body for n in ast.walk(stmt)}
     found = set()
     for node in ast.walk(tree):
-        if id(node) in skip:
-            continue
         if isinstance(node, ast.Import):
             targets = [a.name for a in node.names]
         elif isinstance(node, ast.ImportFrom):
@@ -79,7 +74,8 @@ def test_no_import_cycles() -> None:
 
 def test_no_cycles_between_the_packages_modules_and_folders() -> None:
     """The layers ARCHITECTURE.md draws: a folder (bench/, targets/, ...) counts as one node, so two folders never
-    import each other, whichever of their modules the imports go through (type-only imports aside)."""
+    import each other, whichever of their modules the imports go through (type-only imports too: a layer names
+    what it needs of a layer above it as a Protocol of its own, as search/propose.py does with the plan)."""
     sources = _sources()
 
     def node(module: str) -> str:
@@ -88,7 +84,7 @@ def test_no_cycles_between_the_packages_modules_and_folders() -> None:
     graph: dict[str, set[str]] = {}
     for name, (path, text) in sources.items():
         graph.setdefault(node(name), set()).update(
-            node(m) for m in _imports(name, path, text, set(sources), typing=False) if node(m) != node(name))
+            node(m) for m in _imports(name, path, text, set(sources)) if node(m) != node(name))
     cycles = _cycles(graph)
     assert not cycles, "cycles between modules and folders: " + "; ".join(" -> ".join(c) for c in cycles)
 

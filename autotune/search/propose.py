@@ -15,7 +15,8 @@
   pick rests on more than one lucky measurement; every config's estimate pools all its launches
   (results.estimates).
 
-Every choice here was measured on random hosts (scripts/bench_sample_efficiency.py; README, "Choosing the sampler").
+Every choice here was measured on random hosts (scripts/bench_sample_efficiency.py; docs/sampler.md,
+docs/search-priors.md).
 """
 from __future__ import annotations
 
@@ -23,14 +24,14 @@ import math
 import random
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import record, results
-from autotune.engines import ArgValue
+from autotune.engines import ArgValue, Engine
 from autotune.record import TrialRecord
 from autotune.search.feasibility import MEMORY_REASONS, Feasibility
 from autotune.score import objective_values
@@ -40,9 +41,20 @@ from autotune.search.neighbours import lower, moves, places, spread, unordered, 
 from autotune.search.sampling import MODEL_BASED
 from autotune.search.settings import SearchSettings
 from autotune.space import Space
+from autotune.study import StudySpec
 
-if TYPE_CHECKING:
-    from autotune.plan import Plan
+
+class Plan(Protocol):
+    """What the search reads of a study's plan (plan.Plan has it): named here so that search/ does not import the
+    layer above it."""
+
+    spec: StudySpec
+    engine: Engine
+    space: Space
+    search: SearchSettings
+
+    @property
+    def startup(self) -> int: ...
 
 #: a config's prior mean of the log objective, from its effective args
 Prior = Callable[[Mapping[str, ArgValue]], float]

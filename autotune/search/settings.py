@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class SearchSettings:
-    """The search's switches. The defaults were chosen by measurement (README, "Choosing the sampler")."""
+    """The search's switches. The defaults were chosen by measurement (docs/sampler.md, docs/search-priors.md)."""
 
     #: after the startup launches, one launch in this many is a neighbour of the leader (0: none; 1: every launch)
     neighbour_every: int = 1

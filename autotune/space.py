@@ -170,6 +170,15 @@ class Space:
         for combo in _product(axes):
             yield dict(zip(self.names, combo, strict=True))
 
+    def size(self) -> int:
+        """How many combinations ``configs`` walks, counted, never listed."""
+        return math.prod(p.count() if p.type != "float" or p.step else len(_float_probe(p)) for p in self.params)
+
+    @property
+    def walkable(self) -> bool:
+        """Whether every combination can be tried in reasonable time (at most MAX_ENUMERATION of them)."""
+        return self.size() <= MAX_ENUMERATION
+
     def check(self) -> tuple[int, bool]:
         """Reject a space with no config the engine would run. Returns how many distinct effective configs it has
         (suggestions the engine rewrites to the same config count once) and whether that is a lower bound (a space

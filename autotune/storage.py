@@ -44,7 +44,11 @@ def open_storage(url: str, create: bool = True, heartbeat: float | None = None,
                       heartbeat_stale_trial_callback=on_stale)
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
-        if not create and not path.exists():
+        try:
+            exists = path.exists()
+        except OSError as e:  # a name longer than the file system takes
+            raise UserError(f"cannot open storage {redact(url)}: {e.strerror}") from None
+        if not create and not exists:
             raise UserError(f"no study database at {path}: run `autotune run` first")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)

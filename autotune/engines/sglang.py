@@ -42,6 +42,8 @@ _FATAL: list[tuple[re.Pattern[str], str]] = [
 ]
 
 DRAFT_TOKENS = TREE_ARGS[2]
+#: the most wider trees among the starting points (a topk range may hold a billion widths: a few, spread evenly)
+MAX_WIDER = 6
 
 
 def tree_capacity(steps: int, topk: int) -> int:
@@ -157,7 +159,7 @@ class SGLang(Engine):
             return []
         middle = _quantile(steps, 0.5)
         trees = [(s, widths[0]) for s in dict.fromkeys(_quantile(steps, q) for q in (0.25, 0.5, 0.75))]
-        trees += [(middle, topk) for topk in widths[1:]]
+        trees += [(middle, topk) for topk in _spread(widths[1:], MAX_WIDER)]
         points: list[Args] = []
         for s, topk in trees:
             fits = [s + 1] if topk == 1 else _between(drafts, 2, tree_capacity(s, topk))
@@ -267,6 +269,14 @@ def _between(values: Sequence[int], low: int, high: int) -> Sequence[int]:
         return values[max(0, math.ceil((low - values.start) / values.step)):
                       max(0, math.floor((high - values.start) / values.step) + 1)]
     return [v for v in values if low <= v <= high]
+
+
+def _spread(values: Sequence[int], most: int) -> Sequence[int]:
+    """At most ``most`` of the ascending ``values``, spread evenly from the first to the last, by index (a range is
+    never listed)."""
+    if len(values) <= most:
+        return values
+    return list(dict.fromkeys(values[round(i * (len(values) - 1) / (most - 1))] for i in range(most)))
 
 
 def _quantile(values: list[int], q: float) -> int:

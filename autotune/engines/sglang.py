@@ -95,7 +95,7 @@ class SGLang(Engine):
                 f"selected index k out of range: {draft} draft tokens exceed the tree of "
                 f"{steps} steps x topk {topk} (at most {tree_capacity(steps, topk)})"
             )
-        if topk > 1 and int(out.get("page-size", 1)) > 1:
+        if topk > 1 and _whole(out, "page-size", 1) > 1:
             backend = str(out.get("attention-backend", "flashinfer"))
             if backend not in PAGED_TOPK_BACKENDS:
                 raise InvalidConfig(
@@ -292,14 +292,24 @@ def _strip_prefix(line: str) -> str:
     return line
 
 
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def _whole(args: Args, name: str, default: int) -> int:
+    """A whole-number flag's value (``default`` when absent); ``InvalidConfig`` for anything else."""
+    value = args.get(name, default)
+    whole = ((isinstance(value, int) and not isinstance(value, bool))
+             or (isinstance(value, float) and value.is_integer())
+             or (isinstance(value, str) and _WHOLE.fullmatch(value.strip()) is not None))
+    if not whole:
+        raise InvalidConfig(f"{name} must be a whole number, got {value!r}")
+    return int(value)
+
+
 def _positive_int(args: Args, name: str) -> int:
-    value = args[name]
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise InvalidConfig(f"{name} must be a whole number, got {value!r}") from None
-    if isinstance(value, bool) or number != float(value) or number < 1:
-        raise InvalidConfig(f"{name} must be a whole number >= 1, got {value!r}")
+    number = _whole(args, name, 0) if name in args else 0
+    if number < 1:
+        raise InvalidConfig(f"{name} must be a whole number >= 1, got {args.get(name)!r}")
     return number
 
 

@@ -230,7 +230,7 @@ def run_case(case: dict[str, Any], directory: Path) -> dict[str, Any]:
     except Hang:
         crash = f"hang over {HANG_SECONDS} s"
     except BaseException as e:  # anything else is what the fuzzer looks for
-        crash = "".join(traceback.format_exception(e))[-1500:]
+        crash = "exception: " + "".join(traceback.format_exception(e))[-1500:]
     finally:
         signal.setitimer(signal.ITIMER_REAL, 0)
         os.chdir(ROOT)
@@ -238,7 +238,7 @@ def run_case(case: dict[str, Any], directory: Path) -> dict[str, Any]:
     verdict = crash or _verdict(code, errors, out.getvalue() + err.getvalue())
     if verdict in ("exit 0", "exit 2") and snapshot(directory) != before:
         verdict = "wrote files"
-    return {"number": case["number"], "verdict": verdict, "stderr": err.getvalue()[-500:],
+    return {"number": case["number"], "verdict": verdict, "stderr": err.getvalue()[-1500:],
             "seconds": round(time.monotonic() - start, 3)}
 
 

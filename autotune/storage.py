@@ -95,6 +95,28 @@ def _check_schema(url: str, create: bool, engine_kwargs: dict) -> None:
                         "Optuna's): give autotune a database of its own")
 
 
+#: what a write to the study database raises when it cannot be written (read-only, a full disk, a lost server)
+WRITE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
+
+
+def failed_write(e: BaseException) -> BaseException | None:
+    """The failed database write behind ``e``, if any: Optuna, when it cannot record a trial's end either, raises an
+    AssertionError ("Should not reach.") in the middle of handling the write's own error."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen:
+        if isinstance(e, WRITE_ERRORS):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+    return None
+
+
+def write_failure(e: BaseException, url: str) -> UserError:
+    """The one line for a failed write to the study database at ``url``: its path and the database's own reason."""
+    cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) and e.__cause__ else e
+    return UserError(f"cannot write the study database {redact(url)}: {_first_line(cause)}")
+
+
 def _first_line(e: BaseException) -> str:
     return (str(getattr(e, "orig", None) or e).splitlines() or [type(e).__name__])[0]
 

@@ -103,11 +103,11 @@ def failed_write(e: BaseException) -> BaseException | None:
     """The failed database write behind ``e``, if any: Optuna, when it cannot record a trial's end either, raises an
     AssertionError ("Should not reach.") in the middle of handling the write's own error."""
     seen: set[int] = set()
-    while e is not None and id(e) not in seen:
+    while e is not None and id(e) not in seen and not isinstance(e, UserError):  # a UserError says it all
         if isinstance(e, WRITE_ERRORS):
             return e
         seen.add(id(e))
-        e = e.__cause__ or e.__context__  # type: ignore[assignment]
+        e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__  # type: ignore
     return None
 
 

@@ -206,7 +206,7 @@ class Space:
         combos = self.configs() if size <= MAX_CHECK else self._sample(MAX_CHECK)
         for params in combos:
             try:
-                keys.add(self.candidate(params).key)
+                keys.add(hash(self.candidate(params).key))  # counted: 10,000 keys of a long argument are large
             except InvalidConfig as e:
                 first_reason = first_reason or f"{_fmt(params)}: {e}"
         if not keys:

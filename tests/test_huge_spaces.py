@@ -13,6 +13,8 @@ from tests.support.study_texts import TOPK, VALID, space_of, write
 
 #: the topk of the audit: every whole number from 1 to a billion
 BILLION_WIDE = VALID.replace('type = "categorical"\nchoices = [1, 2]', 'type = "int"\nlow = 1\nhigh = 1000000000')
+#: and a fixed argument of 100,000 characters, in every config's key
+LONG_ARGUMENT = BILLION_WIDE.replace('model-path = "/m"', f'model-path = "/{"m" * 100_000}"')
 #: the address space the `validate` of a billion-value range gets (the interpreter, optuna and numpy need ~700 MB)
 MEMORY = 1536 * 2**20
 
@@ -21,9 +23,9 @@ def _capped() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
-def test_validate_counts_a_topk_range_of_a_billion_values(tmp_path: Path) -> None:
-    assert BILLION_WIDE != VALID
-    study = write(tmp_path, BILLION_WIDE)
+def test_validate_counts_a_topk_range_of_a_billion_values_with_a_long_argument(tmp_path: Path) -> None:
+    assert BILLION_WIDE != VALID and LONG_ARGUMENT != BILLION_WIDE
+    study = write(tmp_path, LONG_ARGUMENT)
     r = subprocess.run([sys.executable, "-m", "autotune", "validate", "--study", str(study)], capture_output=True,
                        text=True, timeout=120, preexec_fn=_capped, cwd=tmp_path, check=False)
     assert r.returncode == 0, r.stderr[-2000:]

@@ -442,9 +442,9 @@ def sim_profile(seed: int, family: str, out: Path | None) -> None:
 def _line(message: str) -> str:
     """An error as one line: secrets masked, control characters (a newline in a name) escaped."""
     from autotune.redact import mask
-    from autotune.tables import shown
+    from autotune.visible import visible
 
-    return shown(mask(message))
+    return visible(mask(message))
 
 
 def main() -> None:

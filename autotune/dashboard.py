@@ -78,7 +78,10 @@ def prepare(study_name: str, study_dir: Path, storage_url: str, host: str, port:
     storage = open_storage(storage_url, create=False)
     _check_port(host, port)  # before anything is written: a wrong address is one line and leaves nothing behind
     path = artifact_dir(study_dir, study_name)
-    path.mkdir(parents=True, exist_ok=True)  # the store does not create its directory
+    try:
+        path.mkdir(parents=True, exist_ok=True)  # the store does not create its directory
+    except OSError as e:  # a read-only study directory
+        raise UserError(f"dashboard: cannot create the artifact directory {path}: {e.strerror}") from None
     return Dashboard(storage=storage, store=FileSystemArtifactStore(path), artifacts=path, host=host, port=port,
                      study_id=storage.get_study_id_from_name(study_name), storage_url=storage_url)
 

@@ -7,6 +7,7 @@ import logging
 import sys
 from pathlib import Path
 
+from autotune.errors import UserError
 from autotune.redact import LogFilter, MaskingFormatter
 
 FORMAT = "%(asctime)s %(message)s"
@@ -25,9 +26,21 @@ def setup(log_file: Path | None, stream: object = None) -> logging.Logger:
     console.addFilter(LogFilter())
     logger.addHandler(console)
     if log_file is not None:
-        log_file.parent.mkdir(parents=True, exist_ok=True)
-        file_handler = logging.FileHandler(log_file)
+        try:
+            log_file.parent.mkdir(parents=True, exist_ok=True)
+            file_handler = _FileHandler(log_file)
+        except OSError as e:  # a read-only study directory, a full disk
+            logger.removeHandler(console)
+            raise UserError(f"cannot write the event log {log_file}: {e.strerror}") from None
         file_handler.setFormatter(MaskingFormatter(FORMAT, DATEFMT))
         file_handler.addFilter(LogFilter())
         logger.addHandler(file_handler)
     return logger
+
+
+class _FileHandler(logging.FileHandler):
+    """The study's log file; a line the file will not take (a full disk) is dropped, not a traceback on stderr: the
+    same line went to stdout, and the command that cannot write its database ends with one line of its own."""
+
+    def handleError(self, record: logging.LogRecord) -> None:
+        pass

@@ -21,6 +21,8 @@ from types import TracebackType
 from typing import Any
 from urllib.parse import parse_qsl, quote, quote_plus, urlencode
 
+from autotune.visible import visible
+
 MASK = "***"
 #: words of a flag or variable name (split at anything but letters and digits) that make its value a secret, unless a
 #: word of ``MEASURES`` says the name is about an amount of them or where one is kept (``--speculative-token-map``,
@@ -171,7 +173,12 @@ class LogFilter(logging.Filter):
 
 
 class MaskingFormatter(logging.Formatter):
-    """Formats an event line, its traceback included, and masks the whole of it."""
+    """Formats an event line, its traceback included, and masks the whole of it; the message's control characters
+    are made visible (``visible``: a port holder's command line may hold an escape sequence)."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = visible(record.message)
+        return super().formatMessage(record)
 
     def format(self, record: logging.LogRecord) -> str:
         return mask(super().format(record))

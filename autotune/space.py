@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import random
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
 
@@ -27,8 +28,10 @@ from autotune.errors import InvalidConfig, UserError
 from autotune.redact import mask
 from autotune.study import ParamSpec, StudySpec
 
-#: an impossible space is found by trying configs; beyond this many a space counts as possible
-MAX_ENUMERATION = 100_000
+#: the most combinations the search walks to find every valid config (search/neighbours.py; once per run)
+MAX_ENUMERATION = 2_000_000
+#: the most combinations `validate` tries to find a valid config and count them (a larger space: a random sample)
+MAX_CHECK = 10_000
 #: suffix of the internal parameter that places a dependent flag inside its valid range
 FILL = ".fill"
 
@@ -174,23 +177,47 @@ class Space:
         for combo in _product(axes):
             yield dict(zip(self.names, combo, strict=True))
 
+    def size(self) -> int:
+        """How many combinations ``configs`` walks, counted, never listed."""
+        return math.prod(p.count() if p.type != "float" or p.step else len(_float_probe(p)) for p in self.params)
+
+    @property
+    def walkable(self) -> bool:
+        """Whether every combination can be tried in reasonable time (at most MAX_ENUMERATION of them)."""
+        return self.size() <= MAX_ENUMERATION
+
+    def _sample(self, n: int) -> Iterator[dict[str, ArgValue]]:
+        """``n`` combinations drawn evenly at random from the whole space (the same ones each time), by their index
+        in ``configs``' order: nothing is listed."""
+        axes = [p.values() if p.type != "float" or p.step else _float_probe(p) for p in self.params]
+        rng = random.Random(0)
+        size = self.size()
+        for _ in range(n):
+            index = rng.randrange(size)
+            combo = []
+            for axis in reversed(axes):
+                index, at = divmod(index, len(axis))
+                combo.append(axis[at])
+            yield dict(zip(self.names, reversed(combo), strict=True))
+
     def check(self) -> tuple[int, bool]:
         """Reject a space with no config the engine would run. Returns how many distinct effective configs it has
         (suggestions the engine rewrites to the same config count once) and whether that is a lower bound (a space
-        of more than MAX_ENUMERATION combinations is only partly walked)."""
+        of more than MAX_CHECK combinations is sampled, not walked)."""
         keys = set()
         first_reason = None
-        combos = self.configs()
-        for params in itertools.islice(combos, MAX_ENUMERATION):
+        size = self.size()
+        combos = self.configs() if size <= MAX_CHECK else self._sample(MAX_CHECK)
+        for params in combos:
             try:
-                keys.add(self.candidate(params).key)
+                keys.add(hash(self.candidate(params).key))  # counted: 10,000 keys of a long argument are large
             except InvalidConfig as e:
                 first_reason = first_reason or f"{_fmt(params)}: {e}"
         if not keys:
             raise UserError(f"{self.path}: [space] is impossible: the {self.engine.kind} rules reject every config "
                             f"(e.g. {first_reason})")
         self._check_reach()
-        return len(keys), next(combos, None) is not None
+        return len(keys), size > MAX_CHECK
 
     def _check_reach(self) -> None:
         """Refuse a flag whose [space] range goes past the most the engine accepts anywhere in the space (draft

@@ -44,7 +44,11 @@ def open_storage(url: str, create: bool = True, heartbeat: float | None = None,
                       heartbeat_stale_trial_callback=on_stale)
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):])
-        if not create and not path.exists():
+        try:
+            exists = path.exists()
+        except OSError as e:  # a name longer than the file system takes
+            raise UserError(f"cannot open storage {redact(url)}: {e.strerror}") from None
+        if not create and not exists:
             raise UserError(f"no study database at {path}: run `autotune run` first")
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -89,6 +93,28 @@ def _check_schema(url: str, create: bool, engine_kwargs: dict) -> None:
         shown = ", ".join(sorted(tables)[:5]) + (", ..." if len(tables) > 5 else "")
         raise UserError(f"storage {redact(url)} is another program's database (tables {shown}, none of "
                         "Optuna's): give autotune a database of its own")
+
+
+#: what a write to the study database raises when it cannot be written (read-only, a full disk, a lost server)
+WRITE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
+
+
+def failed_write(e: BaseException) -> BaseException | None:
+    """The failed database write behind ``e``, if any: Optuna, when it cannot record a trial's end either, raises an
+    AssertionError ("Should not reach.") in the middle of handling the write's own error."""
+    seen: set[int] = set()
+    while e is not None and id(e) not in seen and not isinstance(e, UserError):  # a UserError says it all
+        if isinstance(e, WRITE_ERRORS):
+            return e
+        seen.add(id(e))
+        e = e.__cause__ if e.__cause__ is not None or e.__suppress_context__ else e.__context__  # type: ignore
+    return None
+
+
+def write_failure(e: BaseException, url: str) -> UserError:
+    """The one line for a failed write to the study database at ``url``: its path and the database's own reason."""
+    cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) and e.__cause__ else e
+    return UserError(f"cannot write the study database {redact(url)}: {_first_line(cause)}")
 
 
 def _first_line(e: BaseException) -> str:

@@ -9,6 +9,7 @@ import re
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +37,11 @@ PARAM_TYPES = ("int", "float", "categorical")
 #: names are matched whole (``\A...\Z``): they reach file names, command lines and shells
 FLAG_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_-]*\Z")
 STUDY_NAME = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]*\Z")
+#: the longest study name: it becomes file names (NAME-artifacts, NAME.db-journal) whose length a file system caps
+#: at 255 bytes
+MAX_NAME = 100
+#: the largest study file read (a study file is a few kB; a larger one is not a study file)
+MAX_STUDY_BYTES = 4 * 2**20
 #: the highest seed the samplers take (numpy's generators take 32 bits)
 MAX_SEED = 2**32 - 1
 #: the most requests a concurrency level keeps in flight
@@ -65,7 +71,7 @@ class ParamSpec:
     def contains(self, value: ArgValue) -> bool:
         """Whether ``value`` is one the sampler could suggest (the baseline's value may lie outside)."""
         if self.type == "categorical":
-            return any(value == c and type(value) is type(c) for c in self.choices)
+            return (type(value), value) in self._choice_set
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             return False
         if self.type == "int" and value != int(value):
@@ -73,6 +79,11 @@ class ParamSpec:
         if not self.low <= value <= self.high:
             return False
         return self.step is None or abs((value - self.low) / self.step - round((value - self.low) / self.step)) < 1e-9
+
+    @cached_property
+    def _choice_set(self) -> frozenset[tuple[type, ArgValue]]:
+        """The choices by type and value, so that ``contains`` costs the same for 20,000 choices as for two."""
+        return frozenset((type(c), c) for c in self.choices)
 
     def count(self) -> int:
         """How many values a discrete parameter has, counted, never listed (an int range may have billions)."""
@@ -212,25 +223,36 @@ def find_study_file(name: str, studies_dir: Path | None = None) -> Path:
     """NAME is a path to a .toml file, or a name under ./studies."""
     candidate = Path(name).expanduser()
     if candidate.suffix == ".toml" or "/" in name:
-        if not candidate.is_file():
+        if not _is_file(candidate):
             raise UserError(f"study file {candidate} does not exist")
         return candidate.resolve()
     base = studies_dir or Path.cwd() / "studies"
     path = base / f"{name}.toml"
-    if not path.is_file():
+    if not _is_file(path):
         known = sorted(p.stem for p in base.glob("*.toml")) if base.is_dir() else []
         hint = f"; studies in {base}: {', '.join(known)}" if known else f"; no studies in {base}"
         raise UserError(f"unknown study {name!r}: {path} does not exist{hint}")
     return path.resolve()
 
 
+def _is_file(path: Path) -> bool:
+    """Whether ``path`` is a regular file (a name too long for the file system is none)."""
+    try:
+        return path.is_file()
+    except OSError:
+        return False
+
+
 def load_study(name_or_path: str, studies_dir: Path | None = None) -> StudySpec:
     """Find, parse and validate a study file."""
     path = find_study_file(name_or_path, studies_dir)
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as f:
+            raw = f.read(MAX_STUDY_BYTES + 1)
     except OSError as e:
         raise UserError(f"{path}: cannot read: {e.strerror}") from None
+    if len(raw) > MAX_STUDY_BYTES:
+        raise UserError(f"{path}: larger than {MAX_STUDY_BYTES // 2**20} MiB: not a study file")
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -254,6 +276,9 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     name = v.get(study, "study", "name", str, path.stem)
     if not STUDY_NAME.fullmatch(name):
         v.fail("study", "name", f"must be letters, digits, '.', '_' or '-', got {name!r}")
+    if len(name) > MAX_NAME:
+        v.fail("study", "name", f"is {len(name)} characters long; at most {MAX_NAME} (it names the study's files)"
+                                + ("" if "name" in study else ": name the study in [study] name, or the file shorter"))
     storage = v.get(study, "study", "storage", str, f"sqlite:///{path.parent / name}.db")
     try:
         storage = resolve_storage(storage, path.parent)
@@ -430,8 +455,7 @@ def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSp
                 if not isinstance(c, str) or not PLAIN_TOKEN.fullmatch(c):
                     v.fail(where, "choices", "values must be numbers, true/false or plain tokens "
                                              f"(letters, digits, ./:+=,@%_-), got {c!r}")
-            if len(set(map(repr, choices))) != len(choices):
-                v.fail(where, "choices", "has duplicate values")
+            _check_distinct(choices, where, v)
             out.append(ParamSpec(name=name, type=ptype, choices=tuple(choices)))
             continue
         v.only(p, where, ("type", "low", "high", "step", "log"))
@@ -458,6 +482,23 @@ def _space(data: dict[str, Any], v: Reader, engine: EngineSpec) -> tuple[ParamSp
         out.append(ParamSpec(name=name, type=ptype, low=num(low), high=num(high),
                              step=None if step is None else num(step), log=log))
     return tuple(out)
+
+
+def _check_distinct(choices: list[ArgValue], where: str, v: Reader) -> None:
+    """Refuse two choices the sampler cannot tell apart: equal values (true and 1, 1 and 1.0 are equal in Python, and
+    Optuna stores a categorical choice by the first one equal to it)."""
+    seen: dict[ArgValue, ArgValue] = {}
+    for c in choices:
+        if c in seen:
+            first = seen[c]
+            same = "" if repr(first) == repr(c) else " (equal values: the sampler would store one as the other)"
+            v.fail(where, "choices", f"has duplicate values: {_toml(first)} and {_toml(c)}{same}")
+        seen[c] = c
+
+
+def _toml(value: ArgValue) -> str:
+    """A choice as the study file writes it."""
+    return str(value).lower() if isinstance(value, bool) else repr(value)
 
 
 def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:

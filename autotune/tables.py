@@ -12,6 +12,7 @@ from typing import Any, NoReturn
 
 from autotune.errors import UserError
 from autotune.redact import MASK, SHORTEST, is_secret, remember
+from autotune.visible import visible
 
 #: a value that may reach a remote shell or a unit file without surprises. Names and values are matched whole
 #: (``\A...\Z``: ``$`` would also match before a final newline, which a shell then runs as a second command)
@@ -19,11 +20,6 @@ PLAIN_TOKEN = re.compile(r"\A[A-Za-z0-9_./:+=,@%-]+\Z")
 ENV_NAME = re.compile(r"\A[A-Za-z_][A-Za-z0-9_]*\Z")
 #: characters no single-line setting holds (a newline ends a line of a unit file, an env file or a log)
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-
-
-def shown(name: str) -> str:
-    """A name as an error line shows it: control characters escaped, so that the line stays one line."""
-    return CONTROL.sub(lambda m: repr(m.group())[1:-1], name)
 
 
 class Reader:
@@ -37,7 +33,7 @@ class Reader:
 
     def fail(self, where: str, key: str, message: str) -> NoReturn:
         place = f"[{where}] {key}" if where else key
-        raise UserError(f"{self.path}: {shown(place)}: {message}")
+        raise UserError(f"{self.path}: {visible(place)}: {message}")
 
     def table(self, data: dict[str, Any], key: str) -> dict[str, Any]:
         value = data.get(key, {})

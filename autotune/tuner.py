@@ -32,7 +32,7 @@ from autotune.pruning import make_pruner
 from autotune.record import TrialRecord
 from autotune.score import METRIC_NAMES
 from autotune.search import Proposal, make_sampler
-from autotune.storage import open_storage, redact, refuse_foreign
+from autotune.storage import failed_write, open_storage, redact, refuse_foreign, write_failure
 from autotune.targets import Target, make_target
 from autotune.trial import Objective, ServerLaunch
 from autotune.warmstart import warm_configs
@@ -141,6 +141,11 @@ class Tuner:
                 finally:
                     if not target.keeps_server:
                         target.stop()  # however the run ended, a local server never outlives its tuner
+        except Exception as e:  # a read-only database, a full disk: what was measured is on stdout (objective)
+            failed = failed_write(e)
+            if failed is None:
+                raise
+            raise write_failure(failed, self.storage_url) from None
         finally:
             self._progress.close()
             target.close()

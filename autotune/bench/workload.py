@@ -8,11 +8,41 @@ matching.
 from __future__ import annotations
 
 import json
+import os
 import random
+import stat
 from importlib import resources
 from pathlib import Path
 
 from autotune.errors import UserError
+
+
+#: the largest prompts file read (a few thousand long prompts are a few MB)
+MAX_PROMPTS_BYTES = 256 * 2**20
+
+
+def _read_file(path: Path) -> bytes:
+    """The bytes of the regular file ``path``: a device (/dev/zero), a FIFO (which would wait for a writer) or a
+    directory is refused, and so is a file larger than MAX_PROMPTS_BYTES, before anything is read."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError as e:
+        raise UserError(f"[workload] prompts: cannot read {path}: {e.strerror}") from None
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PROMPTS_BYTES:
+        os.close(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise UserError(f"[workload] prompts: {path} is not a regular file (a JSONL file of prompts)")
+        raise UserError(f"[workload] prompts: {path} is {info.st_size / 2**20:.0f} MiB; at most "
+                        f"{MAX_PROMPTS_BYTES // 2**20} MiB")
+    with os.fdopen(fd, "rb") as f:
+        try:
+            data = f.read(MAX_PROMPTS_BYTES + 1)
+        except OSError as e:
+            raise UserError(f"[workload] prompts: cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_PROMPTS_BYTES:
+        raise UserError(f"[workload] prompts: {path} grew past {MAX_PROMPTS_BYTES // 2**20} MiB while read")
+    return data
 
 
 def load_prompts(source: str, base: Path) -> list[str]:
@@ -23,10 +53,9 @@ def load_prompts(source: str, base: Path) -> list[str]:
     else:
         path = Path(source).expanduser()
         path = path if path.is_absolute() else base / path
+        raw = _read_file(path)
         try:
-            text = path.read_text(encoding="utf-8")
-        except OSError as e:
-            raise UserError(f"[workload] prompts: cannot read {path}: {e.strerror}") from None
+            text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
             raise UserError(f"{path}: not UTF-8 text (a byte {e.object[e.start]:#04x} at offset {e.start})") from None
         where = str(path)

@@ -6,6 +6,7 @@ generation and read per-request figures from the response. Everything engine-spe
 """
 from __future__ import annotations
 
+import functools
 import json
 import re
 from abc import ABC, abstractmethod
@@ -22,8 +23,15 @@ Args = dict[str, ArgValue]
 
 
 def config_key(args: Mapping[str, ArgValue]) -> str:
-    """A canonical string for an effective config: equal configs give equal keys."""
-    return json.dumps({k: args[k] for k in sorted(args)}, sort_keys=True, separators=(",", ":"))
+    """A canonical string for an effective config: equal configs give equal keys. The same text as
+    ``json.dumps(args, sort_keys=True, separators=(",", ":"))``, each name and value encoded once per process (a
+    space check builds thousands of keys around the same fixed args, which may hold a 100,000-character value)."""
+    return "{" + ",".join(f"{_encoded(k)}:{_encoded(args[k])}" for k in sorted(args)) + "}"
+
+
+@functools.lru_cache(maxsize=4096, typed=True)  # typed: true, 1 and 1.0 are equal keys but distinct values
+def _encoded(value: ArgValue) -> str:
+    return json.dumps(value)
 
 
 #: compute capabilities of GPUs by name, as nvidia-smi names them (first match wins): what a rule needs when only the

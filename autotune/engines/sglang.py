@@ -62,6 +62,8 @@ _TRACEBACK = "Traceback (most recent call last):"
 
 DRAFT_TOKENS = TREE_ARGS[2]
 NGRAM_BREADTH = "speculative-ngram-max-bfs-breadth"
+#: the most wider trees among the starting points (a topk range may hold a billion widths: a few, spread evenly)
+MAX_WIDER = 6
 
 
 def tree_capacity(steps: int, topk: int) -> int:
@@ -170,7 +172,7 @@ class SGLang(Engine):
             return []
         middle = _quantile(steps, 0.5)
         trees = [(s, widths[0]) for s in dict.fromkeys(_quantile(steps, q) for q in (0.25, 0.5, 0.75))]
-        trees += [(middle, topk) for topk in widths[1:]]
+        trees += [(middle, topk) for topk in _spread(widths[1:], MAX_WIDER)]
         points: list[Args] = []
         for s, topk in trees:
             fits = [s + 1] if topk == 1 else _between(drafts, 2, tree_capacity(s, topk))
@@ -459,6 +461,14 @@ def _between(values: Sequence[int], low: int, high: int) -> Sequence[int]:
     return [v for v in values if low <= v <= high]
 
 
+def _spread(values: Sequence[int], most: int) -> Sequence[int]:
+    """At most ``most`` of the ascending ``values``, spread evenly from the first to the last, by index (a range is
+    never listed)."""
+    if len(values) <= most:
+        return values
+    return list(dict.fromkeys(values[round(i * (len(values) - 1) / (most - 1))] for i in range(most)))
+
+
 def _quantile(values: list[int], q: float) -> int:
     """The value at quantile ``q`` of sorted ``values``: the nearest rank, a half to the even one (so the quartiles of
     a short range spread evenly: 2, 3, 4 of 2-4)."""
@@ -472,14 +482,24 @@ def _strip_prefix(line: str) -> str:
     return line
 
 
+_WHOLE = re.compile(r"[+-]?[0-9]+")
+
+
+def _whole(args: Args, name: str, default: int) -> int:
+    """A whole-number flag's value (``default`` when absent); ``InvalidConfig`` for anything else."""
+    value = args.get(name, default)
+    whole = ((isinstance(value, int) and not isinstance(value, bool))
+             or (isinstance(value, float) and value.is_integer())
+             or (isinstance(value, str) and _WHOLE.fullmatch(value.strip()) is not None))
+    if not whole:
+        raise InvalidConfig(f"{name} must be a whole number, got {value!r}")
+    return int(value)
+
+
 def _positive_int(args: Args, name: str) -> int:
-    value = args[name]
-    try:
-        number = int(value)
-    except (TypeError, ValueError):
-        raise InvalidConfig(f"{name} must be a whole number, got {value!r}") from None
-    if isinstance(value, bool) or number != float(value) or number < 1:
-        raise InvalidConfig(f"{name} must be a whole number >= 1, got {value!r}")
+    number = _whole(args, name, 0) if name in args else 0
+    if number < 1:
+        raise InvalidConfig(f"{name} must be a whole number >= 1, got {args.get(name)!r}")
     return number
 
 

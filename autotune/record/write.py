@@ -11,6 +11,7 @@ from optuna.trial import FrozenTrial
 from autotune.engines import ArgValue
 from autotune.owner import Owner
 from autotune.record.read import ROLES
+from autotune.visible import visible
 from autotune.redact import mask, mask_argv, mask_mapping
 
 #: what a trial that reuses another's measurement copies from it
@@ -75,7 +76,7 @@ def slo_capacity(trial: optuna.Trial, capacity: Mapping[str, Any]) -> None:
 def failed(trial: optuna.Trial, reason: str, detail: str, stage: str | None = None) -> None:
     """Why the trial gave no feasible measurement (a failure, a violated constraint, pruning)."""
     trial.set_user_attr("reason", reason)
-    trial.set_user_attr("detail", mask(detail)[:DETAIL_LIMIT])
+    trial.set_user_attr("detail", visible(mask(detail))[:DETAIL_LIMIT])
     if stage is not None:
         trial.set_user_attr("stage", stage)
 

@@ -71,7 +71,10 @@ def lower(space: Space, params: dict[str, ArgValue], measured: set[str],
 @functools.lru_cache(maxsize=16)
 def valid_configs(space: Space) -> tuple[tuple[dict[str, ArgValue], Candidate], ...]:
     """Every distinct config of the space the engine runs: its tuned flags' effective values and its candidate.
-    Worked out once per space (a few thousand resolutions)."""
+    Worked out once per space (a few thousand resolutions); () for a space too large to walk (``Space.walkable``:
+    a topk range may hold a billion values)."""
+    if not space.walkable:
+        return ()
     seen: set[str] = set()
     out = []
     for raw in space.configs():
@@ -194,6 +197,8 @@ def _values(space: Space, p: ParamSpec, params: dict[str, ArgValue]) -> list[Arg
 
 def _ordered(values: list[ArgValue]) -> bool:
     """Numbers (a categorical of numbers is ordered too); strings and booleans are not."""
+    if isinstance(values, range):
+        return True  # never walked: a range may hold billions of values
     return all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in values)
 
 

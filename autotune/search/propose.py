@@ -119,7 +119,7 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
         if shrunk is not None:
             return shrunk
     own = sum(r.role in OWN for r in done)
-    if settings.scope == "global" and not (settings.local_every and own % settings.local_every
+    if settings.scope == "global" and plan.space.walkable and not (settings.local_every and own % settings.local_every
                                            == settings.local_every - 1):
         return _anywhere(plan.space, settings, leader, measured, points, feasibility, rng, predict)
     rivals = _rivals(leader, found) if settings.rivals_neighbours else []

@@ -39,13 +39,24 @@ PORT_WAIT = 30.0       # seconds to wait for the port to be released after the t
 def _copy_masked(source: IO[bytes], log_path: Path, masked: tuple[str, ...]) -> None:
     """Copy a server's output into its log line by line, every secret masked before it is written."""
     values = sorted((v.encode() for v in masked if len(v) >= redact.SHORTEST), key=len, reverse=True)
-    with source, open(log_path, "ab") as log:
+    with source:
+        log: IO[bytes] | None = open(log_path, "ab")  # noqa: SIM115 - closed below, or when a write fails
         for line in source:
+            if log is None:
+                continue  # the log cannot be written (a full disk): read on, so that the server never blocks
             data = line
             for value in values:
                 data = data.replace(value, redact.MASK.encode())
-            log.write(redact.mask(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
-            log.flush()
+            try:
+                log.write(redact.mask(data.decode("utf-8", "surrogateescape")).encode("utf-8", "surrogateescape"))
+                log.flush()
+            except OSError:
+                with contextlib.suppress(OSError):
+                    log.close()
+                log = None
+        if log is not None:
+            with contextlib.suppress(OSError):
+                log.close()
 
 
 class LocalDeployment(Deployment):

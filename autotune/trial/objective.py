@@ -20,6 +20,7 @@ import logging
 import math
 import os
 import socket
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -44,6 +45,8 @@ from autotune.score import (
     violated,
 )
 from autotune.space import Candidate
+from autotune.redact import mask
+from autotune.storage import WRITE_ERRORS
 from autotune.trial.decision import Decision, HostCheck, decide
 from autotune.trial.launch import Launch, Measured
 
@@ -142,7 +145,7 @@ class Objective:
             if failure.infeasible:
                 return self._infeasible(trial, failure.reason, failure.detail, stage=self.phase.name)
             return self._retry(trial, failure)
-        except optuna.TrialPruned:
+        except (optuna.TrialPruned, *WRITE_ERRORS):  # a database that takes no write is no bug of the trial's
             raise
         except Exception as e:
             log.exception("trial %d: unexpected error", trial.number)
@@ -193,13 +196,17 @@ class Objective:
         reference = record.study.reference(trial.study)
         measured = self.launch.measure(trial, info,
                                        lambda step, c, levels: self._on_level(trial, step, c, levels, reference))
-        if record.is_baseline(trial):
-            reference = record.study.set_reference(trial.study, reference_of(measured.metrics), trial.number)
-        elif reference is None and spec.objective in RELATIVE:
-            reference = self._await_reference(trial)
-        values = objective_values(spec.objective, measured.metrics, reference, spec.workload.mix)
-        constraints = constraint_values(spec.constraints, measured.metrics)
-        self._record_measurement(trial, measured, constraints, values)
+        try:
+            if record.is_baseline(trial):
+                reference = record.study.set_reference(trial.study, reference_of(measured.metrics), trial.number)
+            elif reference is None and spec.objective in RELATIVE:
+                reference = self._await_reference(trial)
+            values = objective_values(spec.objective, measured.metrics, reference, spec.workload.mix)
+            constraints = constraint_values(spec.constraints, measured.metrics)
+            self._record_measurement(trial, measured, constraints, values)
+        except WRITE_ERRORS:
+            _keep(trial, measured)
+            raise
         bad = violated(constraints)
         if bad:
             write.failed(trial, "constraints", ", ".join(bad))
@@ -316,3 +323,12 @@ class Objective:
             self._since = now
         self.phase = Phase(trial.number, name, detail)
         self.on_phase(self.phase)
+
+
+def _keep(trial: optuna.Trial, measured: Measured) -> None:
+    """A measurement the study database would not take (read-only, a full disk), kept where it can be: one line on
+    stdout (a terminal, journald) with the config and every figure, so that it can be queued or compared by hand."""
+    kept = {"trial": trial.number, "params": trial.params, "metrics": measured.metrics, "levels": measured.levels}
+    sys.stdout.write("autotune: trial %d measured but not stored: %s\n"
+                     % (trial.number, mask(json.dumps(kept, default=str, separators=(",", ":")))))
+    sys.stdout.flush()

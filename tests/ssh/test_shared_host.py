@@ -96,6 +96,29 @@ def test_sticky_parents_and_links_the_user_placed_are_fine(make_spec, cleanup, t
     assert (real / "work").is_dir()
 
 
+def test_a_link_another_user_planted_in_a_sticky_directory_is_refused(make_spec, cleanup, tmp_path: Path) -> None:
+    shared = tmp_path / "scratch"
+    shared.mkdir()
+    shared.chmod(0o1777)  # like /tmp
+    (tmp_path / "mine").mkdir()
+    planted = shared / "work"
+    planted.symlink_to(tmp_path / "mine")  # the user's own directory: the walk beyond the link would trust it
+    os.lchown(planted, NOBODY, NOBODY)     # but another user placed the link, and may point it anywhere
+    target = cleanup(ProcessTarget(make_spec(workdir=str(planted / "autotune"))))
+    with pytest.raises(UserError) as e:
+        target.preflight(server_argv(target.spec.server_port))
+    message = str(e.value)
+    assert "\n" not in message
+    assert f"{planted} (on the way to {planted}/autotune) is a symbolic link another user placed in a sticky " \
+           "directory" in message
+    assert not (tmp_path / "mine" / "autotune").exists()
+    # the user's own link there is followed
+    os.lchown(planted, os.getuid(), os.getgid())
+    target = cleanup(ProcessTarget(make_spec(workdir=str(planted / "autotune"))))
+    target.preflight(server_argv(target.spec.server_port))
+    assert (tmp_path / "mine" / "autotune").is_dir()
+
+
 def test_a_link_someone_else_could_have_placed_is_refused(make_spec, cleanup, tmp_path: Path) -> None:
     open_dir = tmp_path / "open"
     open_dir.mkdir()

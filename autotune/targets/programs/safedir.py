@@ -2,8 +2,9 @@
 without following links (a library of the programs here; runs with the target's python3 >= 3.6).
 
 Every directory on the way from / must belong to the user or root and must not be writable by group or others
-unless it is sticky (like /tmp). A symbolic link on the way is followed only where it stands in such a directory (so
-the user or root placed it), each directory it leads through checked the same way. The workdir itself and
+unless it is sticky (like /tmp). A symbolic link on the way is followed only where the user or root placed it: in
+such a directory, or, in a sticky one, when the link is the user's or root's (the kernel's protected_symlinks rule);
+each directory it leads through is checked the same way. The workdir itself and
 autotune's directory in it must be real directories of the user's own, writable by nobody else; missing ones are
 created 0700.
 
@@ -67,6 +68,18 @@ def _trusted(st, uid):
     return None
 
 
+def _planted(fd, name, uid):
+    """Why the symbolic link ``name`` in directory ``fd`` cannot be followed (None when it can): in a sticky directory
+    others may write (/tmp) anyone may place a link, so only the user's or root's is followed (the kernel's
+    protected_symlinks rule); elsewhere the walk has checked that only the user or root can change the directory."""
+    where = os.fstat(fd)
+    if not (where.st_mode & stat.S_ISVTX and where.st_mode & 0o022):
+        return None
+    if os.stat(name, dir_fd=fd, follow_symlinks=False).st_uid in (uid, 0):
+        return None
+    return "is a symbolic link another user placed in a sticky directory"
+
+
 def _private(st, uid):
     """Why a directory cannot be autotune's own (None when it can)."""
     if st.st_uid != uid:
@@ -104,6 +117,9 @@ def _walk(path, uid, workdir):
                 links += 1
                 if links > MAX_LINKS:
                     raise _refuse(_join(here, name), "leads through too many symbolic links", workdir) from None
+                why = _planted(fd, name, uid)
+                if why:
+                    raise _refuse(_join(here, name), why, workdir) from None
                 target = os.readlink(name, dir_fd=fd)
                 todo = [c for c in target.split("/") if c and c != "."] + todo
                 if target.startswith("/"):

@@ -1,0 +1,16 @@
+"""The one function every untrusted text passes through before autotune shows or stores it (a port holder's command
+line, a server's answer, a name from a study file): control characters made visible, so that no ESC or BEL reaches a
+terminal, no newline splits an event line, and no bidirectional override reorders what a reader sees."""
+from __future__ import annotations
+
+import re
+
+#: C0 and C1 controls, DEL, line and paragraph separators, invisible formatting (bidi overrides and isolates,
+#: zero-width characters, the byte-order mark, interlinear annotations), lone surrogates and tag characters
+_HIDDEN = re.compile("[\x00-\x1f\x7f-\x9f\xad\u061c\u180e\u200b-\u200f\u2028-\u202e\u2060-\u2064\u2066-\u206f"
+                     "\ufeff\ufff9-\ufffb\ud800-\udfff\U000e0000-\U000e007f]")
+
+
+def visible(text: str) -> str:
+    """``text`` with each hidden character written as its escape (ESC as \\x1b, U+2028 as \\u2028)."""
+    return _HIDDEN.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), text)

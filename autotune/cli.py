@@ -160,7 +160,7 @@ def validate(study_name: str) -> None:
                f"{'at least ' if plan.at_least else ''}{plan.valid_configs} distinct valid configs, "
                f"a budget of {spec.trials} launches, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
-               f"{len(plan.prompts)} prompts")
+               f"{len(plan.prompts)} {'requests' if spec.workload.dataset else 'prompts'}")
     for params in plan.opening:
         click.echo(f"  starting point: {plan.engine.describe(params)}")
 

@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from autotune.bench.workload import load_prompts
+from autotune.bench.traffic import TrafficRequest, raw
+from autotune.bench.workload import load_prompts, load_traffic
 from autotune.engines import ArgValue, Engine, get_engine
 from autotune.errors import InvalidConfig, UserError
 from autotune.search.sampling import check_sampler, initial_design, startup_launches
@@ -23,7 +24,8 @@ class Plan:
     target: TargetSpec
     space: Space
     baseline: Candidate
-    prompts: list[str]
+    #: the requests the study sends (a raw prompt of ``[workload] prompts`` has no length of its own)
+    prompts: list[TrafficRequest]
     #: distinct effective configs in the space (a lower bound when ``at_least``)
     valid_configs: int
     at_least: bool
@@ -80,5 +82,13 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
         raise UserError(f"{spec.path}: [engine.args] the baseline (the fixed args) is invalid: {e}") from None
     budget = trials or spec.trials
     return Plan(spec=spec, engine=engine, target=target_spec, space=space, baseline=baseline,
-                prompts=load_prompts(spec.workload.prompts, spec.directory), valid_configs=valid, at_least=at_least,
+                prompts=requests_of(spec), valid_configs=valid, at_least=at_least,
                 starting_points=initial_design(spec, space), budget=budget)
+
+
+def requests_of(spec: StudySpec) -> list[TrafficRequest]:
+    """The study's requests: its dataset's, or its prompts file's raw prompts."""
+    w = spec.workload
+    if w.dataset is not None:
+        return load_traffic(w.dataset, spec.directory)
+    return [raw(p) for p in load_prompts(w.prompts, spec.directory)]

@@ -1,0 +1,33 @@
+"""What kind of text a request asks for, as the emulator's acceptance sees it.
+
+A draft predicts a continuation best when the answer copies or edits text the prompt holds (a rewrite, a summary,
+an extraction, a fix to given code) and worst for free prose; a draft trained on chat-formatted text predicts a raw
+prompt's continuation less well. The emulator cannot read meaning, so it tells a request's category from the words
+of its last user turn (or raw prompt), the same way for a served request and for its truth (sim/truth.py); the
+profile's ``[acceptance.categories]`` say how much each category's drafts are accepted relative to chat.
+"""
+from __future__ import annotations
+
+import re
+
+#: the categories, checked in this order: the first whose words the instruction holds
+CATEGORIES = ("extraction", "rewrite", "code", "math", "chat")
+_WORDS = {
+    "extraction": r"\b(extract|list (all|every|the)|pull out|as json|into json|json object|fields?:|parse the)\b",
+    "rewrite": r"\b(rewrite|rephrase|paraphrase|summari[sz]e|summary|tl;?dr|proofread|correct the|fix the "
+               r"(grammar|spelling|typos)|edit the|translate|shorten|condense|reformat|convert the)\b",
+    "code": r"(```|\bdef |\bclass |\bfunction\b|\bpython\b|\bjavascript\b|\btypescript\b|\bsql\b|\brust\b|"
+            r"\bbash\b|\bcode\b|\bbug\b|\brefactor)",
+    "math": r"(\bsolve\b|\bprove\b|\bcalculate\b|\bcompute\b|\bequation\b|\bintegral\b|\bderivative\b|"
+            r"\bprobability\b|\d+\s*[-+*/^]\s*\d+)",
+}
+_COMPILED = {name: re.compile(pattern, re.IGNORECASE) for name, pattern in _WORDS.items()}
+
+
+def category_of(instruction: str) -> str:
+    """The category of a request whose last user turn (or raw prompt) is ``instruction``."""
+    head = instruction[:2000]
+    for name in CATEGORIES[:-1]:
+        if _COMPILED[name].search(head):
+            return name
+    return "chat"

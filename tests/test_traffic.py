@@ -1,0 +1,125 @@
+"""Bringing your own traffic: the formats people keep requests in, read into what is sent; on the emulator a study
+over a chat dataset sends chat requests that end naturally at the data's lengths, and measures what the emulator's
+truth for that dataset says."""
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import subprocess
+import time
+from collections import Counter
+from pathlib import Path
+
+import httpx
+import pytest
+
+from autotune.bench.measure import Bench
+from autotune.bench.traffic import parse
+from autotune.plan import Plan, make_plan
+from autotune.study import load_study
+from autotune.testing.ports import free_port
+from autotune.testing.studies import one_config_space, write_study
+from tests.support.truths import level_truth
+
+CHAT = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Rewrite: hi there"}],
+         "max_tokens": 40, "temperature": 0.7, "top_p": 0.9, "category": "rewrite"},
+        {"messages": [{"role": "user", "content": [{"type": "text", "text": "Tell me a "}, {"type": "text",
+                                                                                         "text": "story"}]}]}]
+
+
+def test_openai_chat_requests_keep_their_lengths_and_sampling() -> None:
+    first, second = parse("\n".join(json.dumps(x) for x in CHAT), "c.jsonl")
+    assert first.chat and first.messages == (("system", "Be brief."), ("user", "Rewrite: hi there"))
+    assert (first.max_tokens, first.temperature, first.top_p, first.category) == (40, 0.7, 0.9, "rewrite")
+    assert second.messages == (("user", "Tell me a story"),) and second.max_tokens is None
+    assert second.output_tokens(256) == 256 and first.output_tokens(256) == 40
+
+
+def test_an_openai_batch_file_is_read_from_its_bodies() -> None:
+    lines = [{"custom_id": "a", "method": "POST", "url": "/v1/chat/completions",
+              "body": {"model": "m", "messages": [{"role": "user", "content": "Hi"}], "max_completion_tokens": 9}},
+             {"custom_id": "b", "url": "/v1/chat/completions",
+              "body": {"messages": [{"role": "user", "content": "Yo"}], "temperature": 0}}]
+    got = parse("\n".join(json.dumps(x) for x in lines), "b.jsonl")
+    assert [(r.messages, r.max_tokens, r.temperature) for r in got] == [
+        ((("user", "Hi"),), 9, None), ((("user", "Yo"),), None, 0.0)]
+
+
+@pytest.mark.parametrize("layout", ["json", "jsonl"])
+def test_sharegpt_prompts_end_at_the_last_human_turn_and_the_reply_sets_the_length(layout: str) -> None:
+    convo = {"id": "x", "conversations": [
+        {"from": "system", "value": "You help."}, {"from": "human", "value": "First?"},
+        {"from": "gpt", "value": "An answer."}, {"from": "human", "value": "And then?"},
+        {"from": "gpt", "value": "y" * 400}]}
+    other = {"conversations": [{"from": "human", "value": "Only this"}, {"from": "gpt", "value": "Short."}]}
+    text = json.dumps([convo, other]) if layout == "json" else f"{json.dumps(convo)}\n{json.dumps(other)}\n"
+    first, second = parse(text, "s")
+    assert first.messages == (("system", "You help."), ("user", "First?"), ("assistant", "An answer."),
+                              ("user", "And then?"))
+    assert first.max_tokens == 100  # 400 characters of reply at 4 a token
+    assert second.messages == (("user", "Only this"),) and second.max_tokens == 2
+
+
+def test_raw_prompts_stay_raw() -> None:
+    (r,) = parse('{"prompt": "Once upon a time", "max_tokens": 12}\n', "p.jsonl")
+    assert not r.chat and r.prompt == "Once upon a time" and r.max_tokens == 12
+
+
+def _dataset(rng: random.Random, n: int) -> list[dict]:
+    asks = ["Rewrite this paragraph more formally:", "Tell me about a city you like and why:",
+            "Write a python function for this:", "Extract all names as JSON from this text:"]
+    words = ["alpha", "river", "stone", "market", "quiet", "lantern", "orbit", "meadow"]
+    return [{"messages": [{"role": "user", "content": f"{asks[i % 4]} {i} " +
+                           " ".join(rng.choice(words) for _ in range(rng.randint(20, 80)))}],
+             "max_tokens": rng.randint(30, 120)} for i in range(n)]
+
+
+def _plan(directory: Path, workload: str, port: int) -> Plan:
+    study = write_study(directory, "s", workload=workload, port=port, space=one_config_space(3, 1, 4),
+                        args={"sim-speedup": 1})
+    plan = make_plan(load_study(str(study)))
+    return dataclasses.replace(plan, baseline=plan.space.candidate(next(iter(plan.space.configs()))))
+
+
+def _wait_ready(server: subprocess.Popen[bytes], port: int) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and server.poll() is None:
+        try:
+            if httpx.get(f"http://127.0.0.1:{port}/ready", timeout=2).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    raise AssertionError(f"the emulator did not start (exit status {server.poll()})")
+
+
+@pytest.mark.slow
+def test_a_chat_dataset_is_sent_as_chat_requests_that_end_naturally_and_measures_its_truth(tmp_path: Path) -> None:
+    data = _dataset(random.Random(1), 60)
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(x) + "\n" for x in data))
+    port = free_port()
+    plan = _plan(tmp_path, 'dataset = "chat.jsonl"\nconcurrency = [1, 8]\nrequests = 60\nwindow_generations = 30\n'
+                           'warmup = 1\ntolerance = 0.5\nmax_repeats = 1', port)
+    truth = level_truth(plan)
+    argv = plan.engine.render(["autotune-sim"], plan.baseline.args)
+    with (tmp_path / "out.log").open("w") as out:
+        server = subprocess.Popen(argv, stdout=out, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_ready(server, port)
+        m = Bench(f"http://127.0.0.1:{port}", plan.engine, plan.spec.workload, plan.prompts, seed=0).run()
+    finally:
+        server.kill()
+        server.wait()
+    posts = Counter(line.split('"')[1].split()[1] for line in (tmp_path / "out.log").read_text().splitlines()
+                    if '"POST ' in line)
+    assert set(posts) <= {"/v1/chat/completions", "/flush_cache", "/freeze_gc"} and posts["/v1/chat/completions"]
+    records = [r for rep in m.repeats for lv in rep for r in lv.records if not r.ramp]
+    sizes = {d["max_tokens"] for d in data}
+    assert {r.max_tokens for r in records} <= sizes, "each request asks for its own length from the data"
+    ends = Counter(r.finish_reason for r in records if r.complete)
+    assert ends["stop"] > 0.2 * sum(ends.values()), f"requests end naturally (no ignore_eos): {ends}"
+    assert all(r.tokens <= r.max_tokens for r in records)
+    for s in m.summaries():
+        c = s["concurrency"]
+        assert s["output_tok_s"] == pytest.approx(truth[c], rel=0.03), (c, s["output_tok_s"], truth[c])

@@ -167,6 +167,24 @@ def validate(study_name: str) -> None:
 
 @cli.command()
 @STUDY
+@JSON
+def workload(study_name: str, as_json: bool) -> None:
+    """What the study will send, before any launch: requests, lengths, sampling, categories, each level's share."""
+    from autotune.plan import make_plan
+    from autotune.study import load_study
+    from autotune.workload_view import describe, text
+
+    spec = load_study(study_name)
+    plan = make_plan(spec, next(iter(spec.targets)))
+    view = describe(spec, plan.prompts)
+    if as_json:
+        _print_json(view)
+    else:
+        click.echo(text(view))
+
+
+@cli.command()
+@STUDY
 @STORAGE
 @JSON
 def status(study_name: str, storage: str | None, as_json: bool) -> None:

@@ -15,6 +15,7 @@ from autotune.search.settings import SearchSettings
 from autotune.space import Candidate, Space
 from autotune.study import StudySpec
 from autotune.targets import TargetSpec
+from autotune.workload_view import check_context
 
 
 @dataclass(frozen=True)
@@ -81,8 +82,10 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
     except InvalidConfig as e:
         raise UserError(f"{spec.path}: [engine.args] the baseline (the fixed args) is invalid: {e}") from None
     budget = trials or spec.trials
+    requests = requests_of(spec)
+    check_context(spec, engine, baseline.args, requests)
     return Plan(spec=spec, engine=engine, target=target_spec, space=space, baseline=baseline,
-                prompts=requests_of(spec), valid_configs=valid, at_least=at_least,
+                prompts=requests, valid_configs=valid, at_least=at_least,
                 starting_points=initial_design(spec, space), budget=budget)
 
 

@@ -8,6 +8,7 @@ its error handling and exit status); the cases the last audit found (``AUDIT``) 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sqlite3
@@ -441,6 +442,12 @@ CASES: dict[str, Case] = {
                            pattern=r"\[workload\] dataset: cannot read .*fifo\.jsonl: not a regular file"),
     "dataset a device": Case(workload('dataset = "/dev/zero"'),
                              pattern=r"\[workload\] dataset: cannot read /dev/zero: not a regular file"),
+    "dataset longer than the context": Case(
+        workload('dataset = "d.jsonl"').replace('model-path = "/m"', 'model-path = "/m"\ncontext-length = 512'),
+        files={"d.jsonl": '{"prompt": "short", "max_tokens": 20}\n'
+                          + json.dumps({"prompt": "word " * 800, "max_tokens": 100}) + "\n"},
+        pattern=r"d\.jsonl: line 2: at least 500 prompt tokens and 100 to generate exceed the server's context of "
+                r"512 tokens"),
     "dataset and prompts": Case(workload('dataset = "d.jsonl"\nprompts = "p.jsonl"'),
                                 pattern=r"\[workload\] dataset: and prompts are two sources of requests"),
     "ignore_eos not a boolean": Case(workload('ignore_eos = "yes"'),

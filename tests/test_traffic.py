@@ -20,6 +20,7 @@ from autotune.plan import Plan, make_plan
 from autotune.study import load_study
 from autotune.testing.ports import free_port
 from autotune.testing.studies import one_config_space, write_study
+from tests.support.cli import run_autotune
 from tests.support.truths import level_truth
 
 CHAT = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Rewrite: hi there"}],
@@ -123,3 +124,23 @@ def test_a_chat_dataset_is_sent_as_chat_requests_that_end_naturally_and_measures
     for s in m.summaries():
         c = s["concurrency"]
         assert s["output_tok_s"] == pytest.approx(truth[c], rel=0.03), (c, s["output_tok_s"], truth[c])
+
+
+def test_autotune_workload_says_what_will_be_sent_before_any_launch(tmp_path: Path) -> None:
+    data = [{"messages": [{"role": "user", "content": "x" * (40 * (i + 1))}], "max_tokens": 10 * (i + 1),
+             "category": "code" if i % 2 else "chat", **({"temperature": 0.7} if i < 3 else {})} for i in range(10)]
+    (tmp_path / "d.jsonl").write_text("".join(json.dumps(x) + "\n" for x in data))
+    study = write_study(tmp_path, "w", workload='dataset = "d.jsonl"\nconcurrency = [1, 4, 16]\nrequests = 8\n'
+                                                'window_generations = 3\ntemperature = 0.2')
+    r = run_autotune("workload", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr
+    out = r.stdout
+    assert "10 requests, sent through the chat endpoint" in out and "ends: natural (no ignore_eos)" in out
+    assert "input tokens (about 4 characters a token): p10 19  p50 55  p90 91" in out
+    assert "output tokens (10 of 10 from the data): p10 19  p50 55  p90 91  p99 99  min 10  max 100" in out
+    assert "temperature: 0.2 x7, 0.7 x3" in out
+    assert "categories: chat 5, code 5" in out
+    assert "single stream 8, c=4 12, c=16 48 requests" in out
+    assert sorted(tmp_path.iterdir()) == [tmp_path / "d.jsonl", study], "nothing launched or written"
+    view = json.loads(run_autotune("workload", "--study", str(study), "--json", cwd=tmp_path).stdout)
+    assert view["output_lengths"] == [10 * (i + 1) for i in range(10)]

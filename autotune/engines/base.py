@@ -258,6 +258,11 @@ class Engine(ABC):
                 update.error = "aborted"
         return update
 
+    def context_length(self, args: Mapping[str, ArgValue]) -> int | None:
+        """The tokens one request may hold (prompt and output), as ``args`` set it; None when they leave it to the
+        model (known only once the server runs)."""
+        return None
+
     def flush_cache(self, client: httpx.Client) -> bool:
         """Empty the server's prefix cache if the engine can; True if it did."""
         return False

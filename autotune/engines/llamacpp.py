@@ -357,6 +357,16 @@ class LlamaCpp(Engine):
         _with_timings(update, timings, n)
         return update
 
+    def context_length(self, args: Mapping[str, ArgValue]) -> int | None:
+        # --ctx-size is shared by the slots (--parallel): each request gets its share (0: the model's own)
+        _, ctx = _find(args, "ctx")
+        _, slots = _find(args, "parallel")
+        if ctx is None or not str(ctx).isdigit() or int(ctx) == 0:
+            return None
+        unified = args.get("kv-unified", args.get("kvu")) is True
+        share = int(slots) if slots is not None and str(slots).isdigit() and int(slots) > 0 and not unified else 1
+        return int(ctx) // share
+
     def capacity_from_log(self, text: str) -> dict[str, int]:
         # "I srv load_model: initializing, n_slots = 2, n_ctx_slot = 1024, kv_unified = 'false'"
         found = re.findall(r"initializing, n_slots = (\d+), n_ctx_slot = (\d+)(?:, kv_unified = '(\w+)')?", text)

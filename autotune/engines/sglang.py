@@ -252,6 +252,10 @@ class SGLang(Engine):
             update.accept_length = float(length) if length is not None else (update.tokens or 0) / verify
         return update
 
+    def context_length(self, args: Mapping[str, ArgValue]) -> int | None:
+        value = args.get("context-length")
+        return int(value) if isinstance(value, (int, str)) and str(value).isdigit() else None
+
     def flush_cache(self, client: httpx.Client) -> bool:
         return client.post("/flush_cache").status_code == 200
 

@@ -16,6 +16,7 @@ import pytest
 
 from autotune.bench.measure import Bench
 from autotune.bench.traffic import parse
+from autotune.bench.workload import load_traffic
 from autotune.plan import Plan, make_plan
 from autotune.study import load_study
 from autotune.testing.ports import free_port
@@ -144,3 +145,43 @@ def test_autotune_workload_says_what_will_be_sent_before_any_launch(tmp_path: Pa
     assert sorted(tmp_path.iterdir()) == [tmp_path / "d.jsonl", study], "nothing launched or written"
     view = json.loads(run_autotune("workload", "--study", str(study), "--json", cwd=tmp_path).stdout)
     assert view["output_lengths"] == [10 * (i + 1) for i in range(10)]
+
+
+def test_the_builtin_traffic_is_chat_requests_by_category_with_lengths_typical_of_each() -> None:
+    requests = load_traffic("builtin", Path("."))
+    assert len(requests) >= 150 and all(r.chat and r.max_tokens for r in requests)
+    by = {c: [r.max_tokens or 0 for r in requests if r.category == c] for c in {r.category for r in requests}}
+    assert set(by) == {"chat", "code", "rewrite", "math", "extraction"} and min(len(v) for v in by.values()) >= 25
+    median = {c: sorted(v)[len(v) // 2] for c, v in by.items()}
+    assert median["extraction"] < median["chat"] and median["rewrite"] < median["chat"], median
+    assert median["math"] > median["extraction"], median
+
+
+def _raw(requests: list) -> list[dict]:
+    """The requests as raw prompts, each with its category (SGLang's /generate reports each request's verify steps;
+    its chat endpoint does not)."""
+    return [{"prompt": r.messages[-1][1], "max_tokens": min(r.max_tokens, 120), "category": r.category}
+            for r in requests]
+
+
+@pytest.mark.slow
+def test_the_report_shows_acceptance_and_speed_by_category(tmp_path: Path) -> None:
+    """On the emulator, copy-heavy rewrites are accepted far above free chat, and the report says so per category,
+    with the lengths plot beside it."""
+    data = _raw(load_traffic("builtin", Path(".")))
+    (tmp_path / "raw.jsonl").write_text("".join(json.dumps(x) + "\n" for x in data))
+    study = write_study(tmp_path, "cat", trials=1, space=one_config_space(7, 1, 8),
+                        args={"speculative-num-steps": 7, "speculative-num-draft-tokens": 8},
+                        workload='dataset = "raw.jsonl"\nconcurrency = [1, 4]\nrequests = 60\n'
+                                 'window_generations = 12\nwarmup = 1\ntolerance = 0.5\nmax_repeats = 1')
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    out = tmp_path / "report"
+    assert run_autotune("report", "--study", str(study), "--out", str(out), cwd=tmp_path).returncode == 0
+    summary = (out / "summary.md").read_text()
+    assert "## By category" in summary and (out / "lengths.html").exists()
+    rows = [line.split("|") for line in summary.splitlines() if line.startswith("| trial ") and "| c1 |" in line]
+    accept = {cells[3].strip(): float(cells[6]) for cells in rows}
+    assert set(accept) == {"chat", "code", "rewrite", "math", "extraction"}, summary
+    # the profile's truth for this chain: chat 5.2, rewrite 7.6, extraction 7.4 tokens a verify step
+    assert accept["rewrite"] > 1.3 * accept["chat"] and accept["extraction"] > 1.3 * accept["chat"], accept

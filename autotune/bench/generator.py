@@ -48,7 +48,8 @@ class Shape:
                                          self.sampling(item))
 
     def parts(self, engine: Engine, item: TrafficRequest, tag: str = "") -> list[Any]:
-        """A request as sent by the load generator: [before the tag, up to the size, after the size, the size]."""
+        """A request as sent by the load generator: [before the tag, up to the size, after the size, the size, its
+        category ("" for none)]."""
         req = self.request(engine, item, tag)
         text = json.dumps(req.body, separators=(",", ":"))
         mark, size = json.dumps(PROMPT_MARK)[1:-1], str(TOKENS_MARK)
@@ -56,7 +57,7 @@ class Shape:
             raise ValueError(f"{engine.kind}: its request body does not hold the prompt before the size once each")
         before, rest = text.split(mark)
         middle, after = rest.split(size)
-        return [before, middle, after, item.output_tokens(self.max_tokens)]
+        return [before, middle, after, item.output_tokens(self.max_tokens), item.category or ""]
 
 
 def job(generator: Generator, engine: Engine, shape: Shape, *, concurrency: int, window_requests: int,
@@ -135,7 +136,7 @@ def to_records(engine: Engine, concurrency: int, wire: list[dict[str, Any]]) -> 
 
 
 def to_record(engine: Engine, concurrency: int, w: dict[str, Any]) -> RequestRecord:
-    rec = RequestRecord(concurrency, w["start"], max_tokens=w["size"], ramp=w["ramp"])
+    rec = RequestRecord(concurrency, w["start"], max_tokens=w["size"], ramp=w["ramp"], category=w.get("label") or None)
     rec.error, rec.cancelled = w["error"], w["cancelled"]
     for t, n in w["trace"]:
         if n > rec.tokens:

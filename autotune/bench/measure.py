@@ -200,6 +200,21 @@ class LevelResult:
         return max(0.0, short) if clip else short
 
 
+def by_category(records: list[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """Per category of the data: the requests measured, their mean output length, their acceptance (tokens over
+    verify steps, from each request's own counts; None where the engine gives none) and their mean decode speed."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({r.category or "(none)" for r in records}):
+        rs = [r for r in records if (r.category or "(none)") == name]
+        verified = [r for r in rs if r.verify_steps]
+        decode = [d for d in (r.decode_tok_s for r in rs) if d is not None]
+        out[name] = {"measured": len(rs), "tokens_mean": round(sum(r.tokens for r in rs) / len(rs), 1),
+                     "accept_length": _rounded(sum(r.tokens for r in verified) / sum(r.verify_steps for r in verified))
+                     if verified else None,
+                     "decode_tok_s": _rounded(mean(decode))}
+    return out
+
+
 def _rounded(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
@@ -268,6 +283,8 @@ class Measurement:
         for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", [x * 1000 for x in e2e])):
             for q in (50, 90, 99):
                 out[f"{name}_p{q}"] = percentile(values, q)
+        if any(r.category for r in ok):
+            out["categories"] = by_category(ok)
         return out
 
     def summaries(self) -> list[dict[str, Any]]:
@@ -431,8 +448,8 @@ class Bench:
         following = loadgen.request_bodies(self._requests(n), f"single r{self._repeat}")
         try:
             for _ in range(n):
-                size, body = following()
-                req = loadgen.Request(0, size, False, body(size))
+                size, body, label = following()
+                req = loadgen.Request(0, size, False, body(size), label)
                 client.start(req)
                 try:
                     while not req.finished:

@@ -11,15 +11,16 @@ from __future__ import annotations
 import re
 
 #: the categories, checked in this order: the first whose words the instruction holds
-CATEGORIES = ("extraction", "rewrite", "code", "math", "chat")
+CATEGORIES = ("code", "extraction", "rewrite", "math", "chat")
 _WORDS = {
     "extraction": r"\b(extract|list (all|every|the)|pull out|as json|into json|json object|fields?:|parse the)\b",
     "rewrite": r"\b(rewrite|rephrase|paraphrase|summari[sz]e|summary|tl;?dr|proofread|correct the|fix the "
-               r"(grammar|spelling|typos)|edit the|translate|shorten|condense|reformat|convert the)\b",
+               r"(grammar|spelling|typos)|edit the|translate|shorten|make (this|it)( text)? shorter|condense|reformat|"
+               r"convert the following)\b",
     "code": r"(```|\bdef |\bclass |\bfunction\b|\bpython\b|\bjavascript\b|\btypescript\b|\bsql\b|\brust\b|"
-            r"\bbash\b|\bcode\b|\bbug\b|\brefactor)",
+            r"\bbash\b|\bgo http\b|\bscript\b|\brefactor)",
     "math": r"(\bsolve\b|\bprove\b|\bcalculate\b|\bcompute\b|\bequation\b|\bintegral\b|\bderivative\b|"
-            r"\bprobability\b|\d+\s*[-+*/^]\s*\d+)",
+            r"\bprobability\b|show (your|the) (working|steps)|how (much|many)\b.*\d|\d+\s*[-+*/^]\s*\d+)",
 }
 _COMPILED = {name: re.compile(pattern, re.IGNORECASE) for name, pattern in _WORDS.items()}
 

@@ -103,12 +103,12 @@ def seconds_in(payload: bytes, key: bytes) -> Optional[float]:
 class Request:
     """One request's state and, once done, its record."""
 
-    __slots__ = ("body", "cancelled", "conn", "error", "events", "final", "finished", "follows", "last", "last_t",
-                 "late_used", "lead", "predicted", "ramp", "ref_n", "ref_t", "release", "sent", "size", "slot",
-                 "stale_retry", "start", "status", "timer", "tokens", "trace")
+    __slots__ = ("body", "cancelled", "conn", "error", "events", "final", "finished", "follows", "label", "last",
+                 "last_t", "late_used", "lead", "predicted", "ramp", "ref_n", "ref_t", "release", "sent", "size",
+                 "slot", "stale_retry", "start", "status", "timer", "tokens", "trace")
 
-    def __init__(self, slot: int, size: int, ramp: bool, body: bytes) -> None:
-        self.slot, self.size, self.ramp, self.body = slot, size, ramp, body
+    def __init__(self, slot: int, size: int, ramp: bool, body: bytes, label: str = "") -> None:
+        self.slot, self.size, self.ramp, self.body, self.label = slot, size, ramp, body, label
         self.start = 0.0                # seconds since t0 at which it was sent
         self.sent = 0.0                 # monotonic time it was sent
         self.status = 0
@@ -133,7 +133,8 @@ class Request:
         self.conn = None                # type: Optional[Connection]
 
     def wire(self) -> Wire:
-        return {"slot": self.slot, "size": self.size, "ramp": self.ramp, "start": round(self.start, 6),
+        return {"slot": self.slot, "size": self.size, "ramp": self.ramp, "label": self.label,
+                "start": round(self.start, 6),
                 "status": self.status, "error": self.error, "cancelled": self.cancelled,
                 "e2e": None if self.last_t is None else round(self.last_t, 6),
                 "trace": [[round(t, 6), n] for t, n in self.trace],
@@ -508,23 +509,24 @@ class Client:
             conn.abort()
 
 
-def request_bodies(requests: List[List[Any]], tag: str) -> Callable[[], Tuple[int, Callable[[int], bytes]]]:
-    """A function giving the next request: its size and a function giving its body for a size, each request never
-    sent before: the job's requests in order (``[before the tag, up to the size, after it, size]``), then the same
-    requests tagged with ``tag`` and a count in front of their first text (a prefix cache never matches)."""
-    parts = [(a.encode(), b.encode(), c.encode(), int(size)) for a, b, c, size in requests]
+def request_bodies(requests: List[List[Any]], tag: str) -> Callable[[], Tuple[int, Callable[[int], bytes], str]]:
+    """A function giving the next request: its size, a function giving its body for a size, and its label, each
+    request never sent before: the job's requests in order (``[before the tag, up to the size, after it, size,
+    label]``), then the same requests tagged with ``tag`` and a count in front of their first text (a prefix cache
+    never matches)."""
+    parts = [(a.encode(), b.encode(), c.encode(), int(size), label) for a, b, c, size, label in requests]
     state = {"n": 0}
 
-    def following() -> Tuple[int, Callable[[int], bytes]]:
+    def following() -> Tuple[int, Callable[[int], bytes], str]:
         n = state["n"]
         state["n"] = n + 1
-        before, middle, after, size = parts[n % len(parts)]
+        before, middle, after, size, label = parts[n % len(parts)]
         mark = b"" if n < len(parts) else "[{} {}] ".format(tag, n).encode()
 
         def body(size: int) -> bytes:
             return before + mark + middle + str(int(size)).encode() + after
 
-        return size, body
+        return size, body, label
 
     return following
 
@@ -566,10 +568,10 @@ def worker(job: Wire, index: int, slots: List[int], t0: float, out: int, control
         ramp = True
         before = None  # type: Optional[Request]
         while not stop.done():
-            size, body = following()
+            size, body, label = following()
             if ramp:
                 size = ramp_size(i, c, size)
-            req = Request(i, size, ramp, body(size))
+            req = Request(i, size, ramp, body(size), label)
             req.follows = before
             client.start(req, client.lead)
             before = req

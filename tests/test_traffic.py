@@ -185,3 +185,37 @@ def test_the_report_shows_acceptance_and_speed_by_category(tmp_path: Path) -> No
     assert set(accept) == {"chat", "code", "rewrite", "math", "extraction"}, summary
     # the profile's truth for this chain: chat 5.2, rewrite 7.6, extraction 7.4 tokens a verify step
     assert accept["rewrite"] > 1.3 * accept["chat"] and accept["extraction"] > 1.3 * accept["chat"], accept
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("layout", ["sharegpt", "batch"])
+def test_a_sharegpt_file_and_a_batch_file_validate_and_run(tmp_path: Path, layout: str) -> None:
+    rng = random.Random(2)
+    items = _dataset(rng, 24)
+    if layout == "sharegpt":
+        text = json.dumps([{"id": str(i), "conversations": [{"from": "human", "value": x["messages"][0]["content"]},
+                                                            {"from": "gpt", "value": "w " * x["max_tokens"] * 2}]}
+                           for i, x in enumerate(items)])
+        name = "share.json"
+    else:
+        text = "".join(json.dumps({"custom_id": str(i), "method": "POST", "url": "/v1/chat/completions",
+                                   "body": {"model": "m", **x}}) + "\n" for i, x in enumerate(items))
+        name = "batch.jsonl"
+    (tmp_path / name).write_text(text)
+    port = free_port()
+    plan = _plan(tmp_path, f'dataset = "{name}"\nconcurrency = [1, 4]\nrequests = 6\nwindow_generations = 3\n'
+                           'warmup = 1\ntolerance = 0.5\nmax_repeats = 1', port)
+    r = run_autotune("validate", "--study", str(tmp_path / "s.toml"), cwd=tmp_path)
+    assert r.returncode == 0 and "24 requests" in r.stdout, r.stderr
+    argv = plan.engine.render(["autotune-sim"], plan.baseline.args)
+    server = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    try:
+        _wait_ready(server, port)
+        m = Bench(f"http://127.0.0.1:{port}", plan.engine, plan.spec.workload, plan.prompts, seed=0).run()
+    finally:
+        server.kill()
+        server.wait()
+    records = [r for rep in m.repeats for lv in rep for r in lv.records]
+    assert records and not [r for r in records if not r.ok]
+    assert {r.max_tokens for r in records if not r.ramp} <= {x.max_tokens for x in plan.prompts}
+    assert all(s["output_tok_s"] > 0 for s in m.summaries())

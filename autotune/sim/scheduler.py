@@ -22,6 +22,9 @@ from autotune.sim.metrics import Metrics
 from autotune.sim.profile import Profile
 from autotune.sim.tokens import TextGenerator, prompt_seed
 
+#: a request asking for fewer tokens than this is no answer's length (a warm-up, a probe): it ends where the profile's
+#: answers end, almost always past its limit
+SHORTEST_ANSWER = 32
 INTERNAL_ERROR = "The scheduler aborted the request after an internal error in the forward pass."
 
 
@@ -214,7 +217,10 @@ class Scheduler:
         seed = prompt_seed(req.prompt_ids) ^ self.seed if req.temperature <= 0 else self.rng.randrange(2**31)
         rng = random.Random(seed)
         req.generator = TextGenerator(seed)
-        req.natural_length = self._natural_length(req, seed)
+        mean = self.profile.acceptance.mean_output_tokens
+        # drawn from the request's own randomness first, as it always was, so every later draw stays the same
+        drawn = None if req.ignore_eos else max(1, int(rng.expovariate(1.0 / mean)) + 1)
+        req.natural_length = self._natural_length(req, seed, drawn)
         acc = self.profile.acceptance
         kind = acc.factor(req.category, req.chat)
         factor = 1.0 + self.noise * _clipped_gauss(rng)
@@ -224,7 +230,9 @@ class Scheduler:
         req.carry = rng.random()
         req.rng = rng
         if self.serving and self.faults.error_fraction and rng.random() < self.faults.error_fraction:
-            req.abort_at = rng.randrange(max(req.max_new_tokens, 1))
+            # within what the request generates, so an injected error always strikes
+            last = req.max_new_tokens if req.ignore_eos else min(req.max_new_tokens, req.natural_length)
+            req.abort_at = rng.randrange(max(last, 1))
         self.waiting.append(req)
         self._wake.set()
         return req
@@ -525,15 +533,17 @@ class Scheduler:
 
     # ---------------------------------------------------------------------------------------------- model
 
-    def _natural_length(self, req: Request, seed: int) -> int:
+    def _natural_length(self, req: Request, seed: int, drawn: int | None) -> int:
         """Where the model would end the request's answer: about the length the request allows (a dataset's lengths
-        come from real answers), or, for a request that allows far more than answers run, the profile's answer
-        length. Drawn apart from the request's other randomness, so a request's draws are the same either way."""
+        come from real answers), or, for a request that allows far more than answers run or fewer than
+        ``SHORTEST_ANSWER`` tokens (a warm-up's, a probe's), the profile's answer length. Drawn apart from the
+        request's other randomness (but ``drawn``, the profile's answer length a request that ends naturally drew from
+        it), so a request's draws are the same either way."""
         ends = random.Random(seed ^ 0x5EED)
         mean = self.profile.acceptance.mean_output_tokens
-        if req.max_new_tokens <= 4 * mean:
+        if SHORTEST_ANSWER <= req.max_new_tokens <= 4 * mean:
             return max(1, round(req.max_new_tokens * ends.uniform(0.8, 1.2)))
-        return max(1, int(ends.expovariate(1.0 / mean)) + 1)
+        return drawn if drawn is not None else max(1, int(ends.expovariate(1.0 / mean)) + 1)
 
     def _reach(self, temperature: float, factor: float = 1.0) -> list[float]:
         key = (round(max(temperature, 0.0), 3), round(factor, 6))

@@ -18,6 +18,7 @@ from autotune.bench.measure import Bench
 from autotune.bench.traffic import parse
 from autotune.bench.workload import load_traffic
 from autotune.plan import Plan, make_plan
+from autotune.report.summary import _categories
 from autotune.study import load_study
 from autotune.testing.ports import free_port
 from autotune.testing.studies import one_config_space, write_study
@@ -219,3 +220,13 @@ def test_a_sharegpt_file_and_a_batch_file_validate_and_run(tmp_path: Path, layou
     assert records and not [r for r in records if not r.ok]
     assert {r.max_tokens for r in records if not r.ramp} <= {x.max_tokens for x in plan.prompts}
     assert all(s["output_tok_s"] > 0 for s in m.summaries())
+
+
+def test_the_report_says_what_ignore_eos_does_to_a_datasets_acceptance(tmp_path: Path) -> None:
+    (tmp_path / "d.jsonl").write_text('{"prompt": "Once upon a time", "max_tokens": 40}\n')
+    forced = load_study(str(write_study(tmp_path, "f", workload='dataset = "d.jsonl"\nignore_eos = true')))
+    natural = load_study(str(write_study(tmp_path, "n", workload='dataset = "d.jsonl"')))
+    assert forced.workload.forced_length and not natural.workload.forced_length
+    text = "\n".join(_categories(forced, None, None))
+    assert "ran to its length (ignore_eos)" in text and "not the traffic's own" in text
+    assert _categories(natural, None, None) == []

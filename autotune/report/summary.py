@@ -230,8 +230,12 @@ def _categories(spec: StudySpec | None, best: TrialRecord | None, base: TrialRec
     request's own counts, and the requests' decode speed."""
     shown = [(f"trial {r.number}", r) for r in (best, base) if r is not None]
     rows = [(label, lv) for label, r in shown for lv in r.levels if lv.get("categories")]
+    forced = spec is not None and spec.workload.forced_length and spec.workload.dataset is not None
+    note = ["Every request ran to its length (ignore_eos): the text past an answer's natural end is drafted "
+            "differently from the answer, so the acceptance measured is not the traffic's own, and every request "
+            "was as long as it could be.", ""] if forced else []
     if not rows:
-        return []
+        return ["## Traffic", "", *note] if note else []
     lines = ["## By category", "",
              "Each category of the traffic as it was measured (accept length: tokens over verify steps of its "
              "requests; n/a where the engine reports none for the endpoint, as SGLang's chat endpoint):", "",
@@ -243,10 +247,7 @@ def _categories(spec: StudySpec | None, best: TrialRecord | None, base: TrialRec
             decode = f"{f['decode_tok_s']:.1f}" if f.get("decode_tok_s") else "n/a"
             lines.append(f"| {label} | c{lv['concurrency']} | {name} | {f['measured']} | {f['tokens_mean']:.0f} | "
                          f"{accept} | {decode} |")
-    if spec is not None and spec.workload.forced_length and spec.workload.dataset is not None:
-        lines += ["", "Every request ran to its length (ignore_eos): the text past an answer's natural end is drafted "
-                      "differently from the answer, so the acceptance above is not the traffic's own."]
-    return [*lines, ""]
+    return [*lines, "", *note]
 
 
 def _capacity(study: optuna.Study) -> list[str]:

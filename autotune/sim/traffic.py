@@ -20,14 +20,19 @@ _WORDS = {
     "code": r"(```|\bdef |\bclass |\bfunction\b|\bpython\b|\bjavascript\b|\btypescript\b|\bsql\b|\brust\b|"
             r"\bbash\b|\bgo http\b|\bscript\b|\brefactor)",
     "math": r"(\bsolve\b|\bprove\b|\bcalculate\b|\bcompute\b|\bequation\b|\bintegral\b|\bderivative\b|"
-            r"\bprobability\b|show (your|the) (working|steps)|how (much|many)\b.*\d|\d+\s*[-+*/^]\s*\d+)",
+            r"\bprobability\b|show (your|the) (working|steps)|how (much|many)\b.*\d|\d+\s*[+*^=]\s*\d+|\d+ [-/] \d+)",
 }
 _COMPILED = {name: re.compile(pattern, re.IGNORECASE) for name, pattern in _WORDS.items()}
 
 
+#: a client's tag in front of a prompt ("[request 12] ", "[reference 0-3] "): not part of what is asked
+_TAG = re.compile(r"\A\s*\[[^\]\n]{0,80}\]\s*")
+
+
 def category_of(instruction: str) -> str:
-    """The category of a request whose last user turn (or raw prompt) is ``instruction``."""
-    head = instruction[:2000]
+    """The category of a request whose last user turn (or raw prompt) is ``instruction`` (a leading tag in brackets
+    left out)."""
+    head = _TAG.sub("", instruction[:2000])
     for name in CATEGORIES[:-1]:
         if _COMPILED[name].search(head):
             return name

@@ -24,6 +24,10 @@ def test_categories_are_told_from_the_instruction() -> None:
     assert category_of("Write a Python function that sorts a list") == "code"
     assert category_of("Solve for x: 3x + 4 = 19. Explain each step.") == "math"
     assert category_of("What should I see in Lisbon?") == "chat"
+    # a client's tag in front is not what is asked, nor a range or a count in it (an independent client's tags once
+    # read as arithmetic and made every one of its requests a math one)
+    assert category_of("[reference 0-12] What should I see in Lisbon?") == "chat"
+    assert category_of("[c8 r0/1 300] What should I see in Lisbon?") == "chat"
 
 
 def test_copy_heavy_requests_are_accepted_far_above_free_prose_and_chat_above_raw() -> None:

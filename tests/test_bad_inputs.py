@@ -24,6 +24,7 @@ from optuna.trial import TrialState
 
 from autotune.cli import main
 from autotune.record import study as record_study
+from autotune.testing.ports import free_port
 from tests.support.cli import run_autotune
 from tests.support.study_texts import VALID
 
@@ -455,9 +456,9 @@ CASES: dict[str, Case] = {
         files={"d.jsonl": '{"messages": [{"role": "user", "content": "Hi"}]}\n{"prompt": "a"}\n'},
         pattern=r"d\.jsonl: line 2: a raw prompt among chat requests"),
     "dataset a FIFO": Case(workload('dataset = "fifo.jsonl"'), setup=lambda d: os.mkfifo(d / "fifo.jsonl"),
-                           pattern=r"\[workload\] dataset: cannot read .*fifo\.jsonl: not a regular file"),
+                           pattern=r"\[workload\] dataset: .*fifo\.jsonl is not a regular file"),
     "dataset a device": Case(workload('dataset = "/dev/zero"'),
-                             pattern=r"\[workload\] dataset: cannot read /dev/zero: not a regular file"),
+                             pattern=r"\[workload\] dataset: /dev/zero is not a regular file"),
     "dataset longer than the context": Case(
         workload('dataset = "d.jsonl"').replace('model-path = "/m"', 'model-path = "/m"\ncontext-length = 512'),
         files={"d.jsonl": '{"prompt": "short", "max_tokens": 20}\n'
@@ -642,17 +643,26 @@ AUDIT = ("study file not UTF-8", "prompts not UTF-8", "prompts nested too deeply
          "run on another tool's study", "status of another program's database")
 
 
-def prepare(tmp_path: Path, case: Case) -> tuple[list[str], dict[str, str]]:
-    """Write the case's files; its command line (the study file's path for "S") and environment."""
+def prepare(tmp_path: Path, case: Case) -> tuple[list[str], dict[str, str], str]:
+    """Write the case's files; its command line (the study file's path for "S"), environment and pattern. The
+    study's ports 31555 and 31556 become two of this case's own: a case that gets as far as the one-tuner lock
+    (a lock on the port, machine-wide) never meets another case's lock on the next worker."""
+    port = free_port()
+    ports = {b"31555": str(port).encode(), b"31556": str(port + 1).encode()}
+
+    def own(data: bytes) -> bytes:
+        for old, new in ports.items():
+            data = data.replace(old, new)
+        return data
     if case.study is not None:
         data = case.study if isinstance(case.study, bytes) else case.study.encode()
-        (tmp_path / "S.toml").write_bytes(data)
+        (tmp_path / "S.toml").write_bytes(own(data))
     for name, content in case.files.items():
-        (tmp_path / name).write_bytes(content if isinstance(content, bytes) else content.encode())
+        (tmp_path / name).write_bytes(own(content if isinstance(content, bytes) else content.encode()))
     if case.setup is not None:
         case.setup(tmp_path)
     argv = [str(tmp_path / "S.toml") if a == "S" else a for a in case.argv]
-    return argv, dict(case.env)
+    return argv, dict(case.env), own(case.pattern.encode()).decode()
 
 
 def snapshot(directory: Path) -> dict[str, str]:
@@ -696,19 +706,19 @@ def in_process(argv: list[str], env: dict[str, str], monkeypatch: pytest.MonkeyP
 def test_a_bad_input_is_one_line_and_writes_nothing(tmp_path: Path, case: str, monkeypatch: pytest.MonkeyPatch,
                                                     capsys: pytest.CaptureFixture[str]) -> None:
     monkeypatch.chdir(tmp_path)
-    argv, env = prepare(tmp_path, CASES[case])
+    argv, env, pattern = prepare(tmp_path, CASES[case])
     before = snapshot(tmp_path)
     code, err, out = in_process(argv, env, monkeypatch, capsys)
-    check(code, err, out, CASES[case].pattern)
+    check(code, err, out, pattern)
     assert snapshot(tmp_path) == before, "a bad input changed the study's directory"
 
 
 @pytest.mark.parametrize("case", AUDIT)
 def test_the_audits_bad_inputs_through_the_real_command(tmp_path: Path, case: str) -> None:
-    argv, env = prepare(tmp_path, CASES[case])
+    argv, env, pattern = prepare(tmp_path, CASES[case])
     before = snapshot(tmp_path)
     r = run_autotune(*argv, cwd=tmp_path, env=env)
-    check(r.returncode, r.stderr, r.stdout, CASES[case].pattern)
+    check(r.returncode, r.stderr, r.stdout, pattern)
     assert snapshot(tmp_path) == before, "a bad input changed the study's directory"
 
 

@@ -40,8 +40,8 @@ def read_text(path: Path, key: str) -> str:
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise UserError(f"[workload] {key}: cannot read {path}: not a regular file (a FIFO, device or directory "
-                        "is refused)")
+        raise UserError(f"[workload] {key}: {path} is not a regular file (a FIFO, a device or a directory is "
+                        "refused)")
     with os.fdopen(fd, "rb") as f:
         if st.st_size > MAX_FILE_BYTES:
             raise UserError(f"[workload] {key}: cannot read {path}: {st.st_size} bytes; at most {MAX_FILE_BYTES} "

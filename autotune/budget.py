@@ -27,7 +27,7 @@ IDLE_TRIALS = 50
 
 
 class AdmissionLock:
-    """Held from the budget check until the new trial exists in storage."""
+    """Held from the budget check until the new trial exists in storage and names its config."""
 
     def __init__(self, storage: optuna.storages.RDBStorage, url: str, study_name: str) -> None:
         self._key = zlib.crc32(f"autotune:{study_name}".encode()) & 0x7FFFFFFF

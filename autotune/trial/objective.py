@@ -83,7 +83,8 @@ class Objective:
         self.timings: dict[str, float] = {}
         self._since = time.monotonic()
         self._max_running: int | None = None
-        #: called once the trial exists in storage and names its target (the tuner releases the admission lock)
+        #: called once the trial exists in storage and names its target and its config (the tuner releases the
+        #: admission lock)
         self.on_start: Callable[[], None] = lambda: None
 
     # -- the trial ---------------------------------------------------------------------------------------------
@@ -91,37 +92,42 @@ class Objective:
     def __call__(self, trial: optuna.Trial) -> float | list[float]:
         baseline = record.is_baseline(trial)
         write.started(trial, self.launch.target_name, worker_id())
-        self.on_start()
-        self._phase(trial, "suggest")
-        space = self.plan.space
-        measures_adaptive = record.is_adaptive(trial)
-        params = space.suggest(trial, only={} if measures_adaptive else space.baseline_params() if baseline else None)
-        log.info("trial %d start: %s%s", trial.number, "the adaptive server" if measures_adaptive
-                 else self.plan.engine.describe(params), " (baseline)" if baseline else "")
-        confirmation = record.is_confirmation(trial)
+        # the admission lock is held until this trial names its config (however long the engine on the target
+        # takes to answer), so that a worker proposing the same config sees this trial as its twin
         try:
-            schedule = self._schedule(trial) if measures_adaptive else None
-        except UserError as e:
-            write.candidate(trial, params)
-            return self._infeasible(trial, "invalid_config", str(e), stage="validate")
-        if self.host is not None:
-            self._phase(trial, "resolving")  # asking the engine on the target
-        decision = decide(self.plan, trial.study.get_trials(deepcopy=False), trial.number, params, baseline=baseline,
-                          confirmation=confirmation, schedule=schedule, host=self.host)
-        if decision.candidate is None:
-            write.candidate(trial, params)
-            return self._infeasible(trial, "invalid_config", decision.detail, stage="validate")
-        candidate = decision.candidate
-        if decision.kind == "host_rejected":
-            write.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
-            return self._infeasible(trial, "host_rejected", decision.detail, stage="validate")
-        if decision.rewritten is not None:
-            self._rewritten(trial, decision.rewritten, candidate)
-        # the tuned flags as the server runs them (the sampler's own parameters may be fill fractions); written
-        # before any wait, so that a worker proposing the same config sees this trial as its twin. An adaptive
-        # server records none: it is no point of the space
-        write.candidate(trial, {} if measures_adaptive else candidate.tuned(space.names), candidate.args,
-                        candidate.key)
+            self._phase(trial, "suggest")
+            space = self.plan.space
+            measures_adaptive = record.is_adaptive(trial)
+            params = space.suggest(trial, only={} if measures_adaptive else space.baseline_params() if baseline
+                                   else None)
+            log.info("trial %d start: %s%s", trial.number, "the adaptive server" if measures_adaptive
+                     else self.plan.engine.describe(params), " (baseline)" if baseline else "")
+            confirmation = record.is_confirmation(trial)
+            try:
+                schedule = self._schedule(trial) if measures_adaptive else None
+            except UserError as e:
+                write.candidate(trial, params)
+                return self._infeasible(trial, "invalid_config", str(e), stage="validate")
+            if self.host is not None:
+                self._phase(trial, "resolving")  # asking the engine on the target
+            decision = decide(self.plan, trial.study.get_trials(deepcopy=False), trial.number, params,
+                              baseline=baseline, confirmation=confirmation, schedule=schedule, host=self.host)
+            if decision.candidate is None:
+                write.candidate(trial, params)
+                return self._infeasible(trial, "invalid_config", decision.detail, stage="validate")
+            candidate = decision.candidate
+            if decision.kind == "host_rejected":
+                write.candidate(trial, candidate.tuned(space.names), candidate.args, candidate.key)
+                return self._infeasible(trial, "host_rejected", decision.detail, stage="validate")
+            if decision.rewritten is not None:
+                self._rewritten(trial, decision.rewritten, candidate)
+            # the tuned flags as the server runs them (the sampler's own parameters may be fill fractions); written
+            # before any wait, so that a worker proposing the same config sees this trial as its twin. An adaptive
+            # server records none: it is no point of the space
+            write.candidate(trial, {} if measures_adaptive else candidate.tuned(space.names), candidate.args,
+                            candidate.key)
+        finally:
+            self.on_start()
         try:
             while decision.kind == "wait":
                 decision = self._wait_for_twin(trial, decision, params, confirmation)

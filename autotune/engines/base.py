@@ -313,7 +313,7 @@ class Engine(ABC):
             if name not in info.applied:
                 continue
             have = info.applied[name]
-            if not _same(want, have):
+            if not same_value(want, have):
                 out.append(f"{name}: requested {want!r}, running {have!r}")
         return out
 
@@ -369,7 +369,8 @@ class Engine(ABC):
         return {}
 
 
-def _same(a: ArgValue, b: ArgValue) -> bool:
+def same_value(a: ArgValue, b: Any) -> bool:
+    """Whether a flag's value ``a`` and ``b`` as a server reports it are the same (1 and 1.0, True and "true")."""
     if isinstance(a, bool) or isinstance(b, bool):
         return str(a).lower() == str(b).lower()
     try:

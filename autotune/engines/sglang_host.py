@@ -11,7 +11,7 @@ import posixpath
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from autotune.engines.base import Args, ArgValue, HostQuestion, HostResolution
+from autotune.engines.base import Args, ArgValue, HostQuestion, HostResolution, same_value
 
 #: SGLang's argument resolution, as the question program calls it
 SGLANG = {"module": "sglang.srt.server_args", "factory": "prepare_server_args", "resolve": "resolve_once",
@@ -58,16 +58,8 @@ class SGLangHost(HostResolution):
             runs = values.get(name.replace("-", "_"))
             if name == "speculative-algorithm" and isinstance(runs, str):
                 runs = runs.upper()  # SGLang keeps the spelling it was given
-            if runs is None or isinstance(runs, (list, dict)) or _same(asked, runs):
+            if runs is None or isinstance(runs, (list, dict)) or same_value(asked, runs):
                 continue
             out[name] = runs
         return out
 
-
-def _same(a: ArgValue, b: Any) -> bool:
-    if isinstance(a, bool) or isinstance(b, bool):
-        return str(a).lower() == str(b).lower()
-    try:
-        return float(a) == float(b)
-    except (TypeError, ValueError):
-        return str(a) == str(b)

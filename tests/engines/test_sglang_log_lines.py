@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from autotune.engines.sglang import SGLang
-from autotune.testing.sglang_oracle import OracleMissing, oracle_python
+from tests.support import requires
 
 #: the logger methods whose messages are not failures
 LEVELS = {"info", "warning", "warn", "info_once", "warning_once", "debug"}
@@ -46,14 +46,7 @@ FATAL = [
 
 @pytest.fixture(scope="module")
 def source() -> Path:
-    try:
-        python = oracle_python()
-    except OracleMissing as e:
-        missing = str(e)
-    else:
-        missing = ""
-    if missing:
-        pytest.fail(missing, pytrace=False)
+    python = requires.sglang_oracle()
     found = sorted(python.parent.parent.glob("lib/python3*/site-packages/sglang/srt"))
     if not found:
         pytest.fail(f"no sglang/srt in the oracle venv {python.parent.parent} (run scripts/setup.sh)", pytrace=False)

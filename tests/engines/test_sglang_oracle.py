@@ -24,7 +24,8 @@ from autotune.errors import InvalidConfig
 from autotune.sim.args import ArgRuleError, build_parser
 from autotune.sim.args import resolve as sim_resolve
 from autotune.sim.profile import load_profile
-from autotune.testing.sglang_oracle import Answer, Oracle, OracleMissing, model_dir
+from autotune.testing.sglang_oracle import Answer, Oracle, model_dir
+from tests.support import requires
 from tests.support.sglang_configs import GPUS, Case, draw
 
 pytestmark = pytest.mark.slow
@@ -68,14 +69,8 @@ def judged(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Case, list[st
     models = {kind: model_dir(kind, root) for kind in ("llama", "deepseek")}
     rng = random.Random(seed)
     out = []
-    try:
-        oracle = Oracle()
-    except OracleMissing as e:
-        missing = str(e)
-    else:
-        missing = ""
-    if missing:
-        pytest.fail(missing, pytrace=False)
+    requires.sglang_oracle()
+    oracle = Oracle()
     with oracle:
         for _ in range(CONFIGS):
             case = draw(rng)

@@ -12,6 +12,7 @@ from typing import NoReturn
 import pytest
 
 from autotune.testing import postgres
+from autotune.testing.sglang_oracle import OracleMissing, oracle_python
 from autotune.testing.sshd import find_sshd
 from tests.support.llama_cache import cached_model, cached_server_binary
 
@@ -60,3 +61,11 @@ def old_python(*versions: str) -> str:
                     [found, "-c", "pass"], capture_output=True, check=False).returncode == 0:
                 return found
     missing(f"a Python {' or '.join(versions)}")
+
+
+def sglang_oracle() -> Path:
+    """The python of SGLang 0.5.23's argument resolution, built by scripts/build-sglang-oracle.sh."""
+    try:
+        return oracle_python()
+    except OracleMissing:
+        missing("the SGLang oracle venv (scripts/build-sglang-oracle.sh)")

@@ -179,27 +179,27 @@ class Tuner:
     def _open_study(self) -> optuna.Study:
         spec = self.spec
         storage = self.storage
-        existing = [s.study_name for s in optuna.get_all_study_summaries(storage, include_best_trial=False)]
-        created = spec.name not in existing
-        study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions,
-                                    load_if_exists=True, pruner=make_pruner(spec))
-        created = created or not record.study.is_autotunes(study)  # its creation was cut short (storage.py)
-        want = [optuna.study.StudyDirection.MAXIMIZE] * len(spec.directions)
-        if list(study.directions) != want:
-            raise UserError(f"study {spec.name!r} in {redact(self.storage_url)} was created with "
-                            f"{len(study.directions)} objective(s); objective = {spec.objective!r} needs "
-                            f"{len(want)}: give the study a new name")
-        trials = study.get_trials(deepcopy=False)
-        study.sampler = make_sampler(spec, self.plan.space, len(trials))
-        if created:
-            record.study.describe(study, spec.objective, spec.text, str(spec.path))
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
-                study.set_metric_names(METRIC_NAMES[spec.objective])
-        log.info("study %s: %s %s, storage %s, target %s (%s)", spec.name, "created" if created else "resumed",
-                 f"{len(results.launches(trials))}/{self.budget} launches done", redact(self.storage_url),
-                 self.plan.target.name, self.plan.target.kind)
-        with AdmissionLock(storage, self.storage_url, spec.name):  # other workers may be starting too
+        # other workers may be starting too: one of them creates the study and records it as autotune's, the
+        # others find it recorded (a study without the record is one whose creation was cut short: storage.py)
+        with AdmissionLock(storage, self.storage_url, spec.name):
+            study = optuna.create_study(study_name=spec.name, storage=storage, directions=spec.directions,
+                                        load_if_exists=True, pruner=make_pruner(spec))
+            want = [optuna.study.StudyDirection.MAXIMIZE] * len(spec.directions)
+            if list(study.directions) != want:
+                raise UserError(f"study {spec.name!r} in {redact(self.storage_url)} was created with "
+                                f"{len(study.directions)} objective(s); objective = {spec.objective!r} needs "
+                                f"{len(want)}: give the study a new name")
+            created = not record.study.is_autotunes(study)
+            if created:
+                record.study.describe(study, spec.objective, spec.text, str(spec.path))
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    study.set_metric_names(METRIC_NAMES[spec.objective])
+            trials = study.get_trials(deepcopy=False)
+            study.sampler = make_sampler(spec, self.plan.space, len(trials))
+            log.info("study %s: %s %s, storage %s, target %s (%s)", spec.name, "created" if created else "resumed",
+                     f"{len(results.launches(trials))}/{self.budget} launches done", redact(self.storage_url),
+                     self.plan.target.name, self.plan.target.kind)
             if not queue.has_baseline(study):
                 self._queue_start(study)
             elif self.options.warm_start:

@@ -31,11 +31,6 @@ def is_autotunes(study: optuna.Study) -> bool:
     return attrs.get(CREATOR) == "autotune" or {"objective", "study_file", "study_path"} <= attrs.keys()
 
 
-def is_blank(study: optuna.Study) -> bool:
-    """A study with no trial and no attribute (as a study is between its creation and autotune's record of it)."""
-    return not study.user_attrs and not study.get_trials(deepcopy=False)
-
-
 def objective(study: optuna.Study) -> str | None:
     return study.user_attrs.get("objective")
 

@@ -148,18 +148,15 @@ def refuse_foreign(storage: optuna.storages.BaseStorage, name: str, url: str) ->
     """Whether the storage holds a study ``name``; refuses one autotune did not create (another program's of the same
     name: autotune would fail its live trials as orphans and queue its own configs into it). A study with no trial, no
     attribute and only maximized objectives is one an autotune was creating when it stopped (or is creating now: the
-    study and autotune's record of it are two writes): it is taken as autotune's. The trials are read before the
-    attributes: autotune records itself before its first trial, so a worker that sees another's first trial sees its
-    record too (read the other way round, the record could land between the two reads, the trial before the second)."""
+    study and autotune's record of it are two writes): it is taken as autotune's."""
     try:
         study = optuna.load_study(study_name=name, storage=storage)
     except KeyError:
         return False
-    has_trials = bool(study.get_trials(deepcopy=False))
+    blank = record_study.is_blank(study)  # before is_autotunes: see is_blank
     if record_study.is_autotunes(study):
         return True
-    if not has_trials and not study.user_attrs \
-            and all(d == optuna.study.StudyDirection.MAXIMIZE for d in study.directions):
+    if blank and all(d == optuna.study.StudyDirection.MAXIMIZE for d in study.directions):
         return True
     raise UserError(f"study {name!r} in {redact(url)} was not created by autotune (it has no autotune record): give "
                     "the study another name, or autotune another --storage")

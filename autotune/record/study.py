@@ -31,6 +31,15 @@ def is_autotunes(study: optuna.Study) -> bool:
     return attrs.get(CREATOR) == "autotune" or {"objective", "study_file", "study_path"} <= attrs.keys()
 
 
+def is_blank(study: optuna.Study) -> bool:
+    """A study with no trial and no attribute (as a study is between its creation and autotune's record of it).
+
+    The trials are read before the attributes, and a caller asks this before ``is_autotunes``: autotune records
+    itself before its first trial, so whoever sees another worker's first trial then sees its record (read the other
+    way round, the record could land between the two reads and the trial before the second)."""
+    return not study.get_trials(deepcopy=False) and not study.user_attrs
+
+
 def objective(study: optuna.Study) -> str | None:
     return study.user_attrs.get("objective")
 

@@ -177,6 +177,19 @@ class Space:
         for combo in _product(axes):
             yield dict(zip(self.names, combo, strict=True))
 
+    def candidates(self) -> Iterator[Candidate]:
+        """The effective config of every combination ``configs`` walks that the engine accepts, once each
+        (combinations that differ only in flags the engine drops are one config)."""
+        seen: set[str] = set()
+        for params in self.configs():
+            try:
+                candidate = self.candidate(params)
+            except InvalidConfig:
+                continue
+            if candidate.key not in seen:
+                seen.add(candidate.key)
+                yield candidate
+
     def size(self) -> int:
         """How many combinations ``configs`` walks, counted, never listed."""
         return math.prod(p.count() if p.type != "float" or p.step else len(_float_probe(p)) for p in self.params)

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from autotune.errors import InvalidConfig, UserError
+from autotune.errors import UserError
 from autotune.plan import Plan
 from autotune.sim import truth
 from autotune.sim.args import build_parser
@@ -55,13 +55,9 @@ def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]
         raise UserError(f"{spec.path}: the study's server is not the emulator ({' '.join(spec.engine.command)}); "
                         "`sim surface --study` states the truth of autotune-sim only")
     candidates = {plan.baseline.key: plan.baseline}
-    for params in plan.space.configs():
+    for candidate in plan.space.candidates():  # those the engine rejects have no figures to state
         if len(candidates) > MAX_STUDY_CONFIGS:
             raise UserError(f"{spec.path}: more than {MAX_STUDY_CONFIGS} distinct configs; narrow the [space]")
-        try:
-            candidate = plan.space.candidate(params)
-        except InvalidConfig:  # the engine rejects it: no figures to state
-            continue
         candidates.setdefault(candidate.key, candidate)
     first = plan.engine.render([], plan.baseline.args)
     vocab = load_profile(build_parser().parse_args(first).sim_profile).model.vocab_size

@@ -40,11 +40,7 @@ def wide_trees_win(plan: Plan) -> dict[str, ConfigTruth]:
     tokens plus topk x steps pass 30: (3, 8, 9), the engine's widest starting point here, does; the optimum
     (2, 8, 8) fits."""
     out = {}
-    for params in plan.space.configs():
-        try:
-            c = plan.space.candidate(params)
-        except Exception:
-            continue
+    for c in plan.space.candidates():
         steps, topk, draft = (c.args[n] for n in (STEPS, TOPK, DRAFT))
         speed = 1000 * (1 + 0.1 * math.log2(topk)) * (1 - 0.03 * abs(steps - 2)) * (1 - 0.01 * abs(draft - 8))
         out[c.key] = ConfigTruth({STEPS: steps, TOPK: topk, DRAFT: draft}, {1: speed / 4, 4: speed}, 3.0, 24,

@@ -2,9 +2,7 @@
 that answers with other args (a readiness race users of other tuners report)."""
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -15,11 +13,11 @@ from autotune.trial import Objective, ServerLaunch
 from autotune.plan import make_plan
 from autotune.study import load_study
 from autotune.targets.base import Deployment, Target
-from autotune.targets.local import port_open
 from autotune.testing.ports import free_port
 from autotune.testing.studies import write_study
 from tests.support.cli import run_autotune, status
 from tests.support.emulator import start_emulator
+from tests.support.port_holder import holding
 
 
 class StaleTarget(Target):
@@ -82,12 +80,7 @@ def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
 @pytest.mark.slow
 def test_foreign_process_on_the_port_is_named_and_never_killed(tmp_path: Path) -> None:
     port = free_port()
-    squatter = subprocess.Popen([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    try:
-        deadline = time.monotonic() + 10
-        while not port_open(port) and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with holding([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], port) as squatter:
         study = write_study(tmp_path, trials=1, port=port)
         r = run_autotune("run", "--study", str(study), cwd=tmp_path)
         assert r.returncode == 0, r.stderr
@@ -96,5 +89,3 @@ def test_foreign_process_on_the_port_is_named_and_never_killed(tmp_path: Path) -
         assert f"port {port} on 127.0.0.1 is held by pid {squatter.pid}" in trials[0]["detail"]
         assert "http.server" in trials[0]["detail"]
         assert squatter.poll() is None, "autotune killed a process it did not start"
-    finally:
-        squatter.kill()

@@ -46,15 +46,7 @@ def landscape(plan: Plan) -> dict[str, ConfigTruth]:
     """A made-up truth for every config of the space: deeper chains are faster up to 5 steps, trees are slower, and
     every tree of 6 or more draft tokens does not fit in memory."""
     out = {}
-    seen = set()
-    for params in plan.space.configs():
-        try:
-            candidate = plan.space.candidate(params)
-        except Exception:
-            continue
-        if candidate.key in seen:
-            continue
-        seen.add(candidate.key)
+    for candidate in plan.space.candidates():
         steps, topk, draft = (candidate.args[n] for n in (STEPS, TOPK, DRAFT))
         speed = 1000 + 100 * min(steps, 5) - 20 * max(steps - 5, 0) - (150 if topk > 1 else 0) + 5 * draft
         out[candidate.key] = ConfigTruth({STEPS: steps, TOPK: topk, DRAFT: draft}, {1: speed / 4, 4: speed}, 3.0,

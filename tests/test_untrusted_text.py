@@ -2,18 +2,16 @@
 event log and the stored trial only through ``visible``: its escape sequences written out, never sent raw."""
 from __future__ import annotations
 
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from autotune.targets.local import port_open
 from autotune.testing.ports import free_port
 from autotune.testing.studies import write_study
 from autotune.visible import visible
 from tests.support.cli import run_autotune, status
+from tests.support.port_holder import holding
 
 #: a window-title escape and a bell, as a hostile process's argument would carry them
 HOSTILE = "\x1b]0;pwned\x07\x1b[2J\u202e"
@@ -33,11 +31,7 @@ def test_a_port_holders_escape_sequences_reach_no_terminal_log_or_record(tmp_pat
     # its command line starts with the hostile text (autotune shows the first 160 characters)
     listen = (f"#{HOSTILE}\nimport socket,sys,time;s=socket.socket();s.bind(('127.0.0.1',int(sys.argv[1])));"
               "s.listen();time.sleep(600)")
-    squatter = subprocess.Popen([sys.executable, "-c", listen, str(port)])
-    try:
-        deadline = time.monotonic() + 10
-        while not port_open(port) and time.monotonic() < deadline:
-            time.sleep(0.05)
+    with holding([sys.executable, "-c", listen, str(port)], port) as squatter:
         study = write_study(tmp_path, trials=1, port=port)
         r = run_autotune("run", "--study", str(study), cwd=tmp_path)
         assert r.returncode == 0, r.stderr
@@ -47,6 +41,3 @@ def test_a_port_holders_escape_sequences_reach_no_terminal_log_or_record(tmp_pat
         assert SHOWN in log and SHOWN in r.stdout
         for text in (detail, log, r.stdout, r.stderr):
             assert not any(c in text for c in RAW), repr(text[-300:])
-    finally:
-        squatter.kill()
-        squatter.wait()

@@ -75,16 +75,8 @@ def valid_configs(space: Space) -> tuple[tuple[dict[str, ArgValue], Candidate], 
     a topk range may hold a billion values)."""
     if not space.walkable:
         return ()
-    seen: set[str] = set()
     out = []
-    for raw in space.configs():
-        try:
-            candidate = space.candidate(raw)
-        except InvalidConfig:
-            continue
-        if candidate.key in seen:
-            continue
-        seen.add(candidate.key)
+    for candidate in space.candidates():
         params = candidate.tuned(space.names)
         if all(p.contains(params[p.name]) for p in space.params if p.name in params):
             out.append((params, candidate))

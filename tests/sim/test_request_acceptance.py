@@ -1,0 +1,50 @@
+"""The emulator's acceptance depends on the request, as a real server's does: what it asks for (copy-heavy text far
+above free prose), a chat template against a raw prompt, the temperature, and the text a request that ignores
+end-of-sequence runs on into past its natural end; its truth on the virtual clock says the same."""
+from __future__ import annotations
+
+from autotune.sim import model, truth
+from autotune.sim.profile import load_profile
+from autotune.sim.traffic import category_of
+
+ARGV = ["--model-path", "/m", "--tp-size", "4", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "5",
+        "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6", "--sim-profile", "qwen14b"]
+QUICK = truth.Length(single_requests=200, window_turns=4)
+
+
+def _accept(**ask: object) -> float:
+    asks = [truth.Ask(prompt_tokens=100 + i, max_tokens=200, **ask) for i in range(20)]  # type: ignore[arg-type]
+    return truth.figures(ARGV, asks, 200, [1], runs=QUICK).accept_length
+
+
+def test_categories_are_told_from_the_instruction() -> None:
+    assert category_of("Rewrite the following message in a professional tone:\n\nhi team") == "rewrite"
+    assert category_of("Summarise this in two sentences: The council met on Tuesday") == "rewrite"
+    assert category_of("Extract every date as JSON from: the 14th of March") == "extraction"
+    assert category_of("Write a Python function that sorts a list") == "code"
+    assert category_of("Solve for x: 3x + 4 = 19. Explain each step.") == "math"
+    assert category_of("What should I see in Lisbon?") == "chat"
+    # a client's tag in front is not what is asked, nor a range or a count in it (an independent client's tags once
+    # read as arithmetic and made every one of its requests a math one)
+    assert category_of("[reference 0-12] What should I see in Lisbon?") == "chat"
+    assert category_of("[c8 r0/1 300] What should I see in Lisbon?") == "chat"
+
+
+def test_copy_heavy_requests_are_accepted_far_above_free_prose_and_chat_above_raw() -> None:
+    chat = _accept(category="chat", chat=True)
+    rewrite = _accept(category="rewrite", chat=True)
+    raw = _accept(category="chat", chat=False)
+    hot = _accept(category="chat", chat=True, temperature=1.0)
+    assert rewrite > 1.3 * chat > 1.3 * raw, (rewrite, chat, raw)
+    assert hot < chat
+    profile = load_profile("qwen14b")
+    spec = model.Spec(5, 1, 6)
+    factor = profile.acceptance.factor("chat", True)
+    # the profile's numbers (a request's last step is cut at its end, and the draws vary: within 5%)
+    assert abs(chat / model.accept_length(profile, spec, 0.0, factor) - 1) < 0.05
+
+
+def test_text_past_the_natural_end_is_drafted_worse_under_ignore_eos() -> None:
+    natural = _accept(category="chat", chat=True, ignore_eos=False)
+    forced = _accept(category="chat", chat=True, ignore_eos=True)
+    assert forced < natural

@@ -47,7 +47,7 @@ class Request:
     arrival_v: float = 0.0
     natural_length: int | None = None
     reach: list[float] = dataclasses.field(default_factory=list)
-    #: the reach past the natural end (a request that ignores end-of-sequence goes on into text drafted worse)
+    #: the reach past the natural end (a request that ignores end-of-sequence goes on into text drafted differently)
     reach_past: list[float] = dataclasses.field(default_factory=list)
     rng: random.Random | None = None
     carry: float = 0.0

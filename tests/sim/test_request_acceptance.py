@@ -12,9 +12,10 @@ ARGV = ["--model-path", "/m", "--tp-size", "4", "--speculative-algorithm", "EAGL
 QUICK = truth.Length(single_requests=200, window_turns=4)
 
 
-def _accept(**ask: object) -> float:
-    asks = [truth.Ask(prompt_tokens=100 + i, max_tokens=200, **ask) for i in range(20)]  # type: ignore[arg-type]
-    return truth.figures(ARGV, asks, 200, [1], runs=QUICK).accept_length
+def _accept(max_tokens: int = 200, **ask: object) -> float:
+    asks = [truth.Ask(prompt_tokens=100 + i, max_tokens=max_tokens, **ask)  # type: ignore[arg-type]
+            for i in range(20)]
+    return truth.figures(ARGV, asks, max_tokens, [1], runs=QUICK).accept_length
 
 
 def test_categories_are_told_from_the_instruction() -> None:
@@ -44,7 +45,13 @@ def test_copy_heavy_requests_are_accepted_far_above_free_prose_and_chat_above_ra
     assert abs(chat / model.accept_length(profile, spec, 0.0, factor) - 1) < 0.05
 
 
-def test_text_past_the_natural_end_is_drafted_worse_under_ignore_eos() -> None:
+def test_text_past_the_natural_end_is_drafted_better_under_ignore_eos() -> None:
+    # past its answer a model repeats itself, which a draft predicts well (measured on llama-server, docs/traffic.md):
+    # forced lengths overstate what speculation gains on the traffic
+    # 3,000 tokens forced, five times the profile's answers (600 on average): most of each request runs past its end
     natural = _accept(category="chat", chat=True, ignore_eos=False)
-    forced = _accept(category="chat", chat=True, ignore_eos=True)
-    assert forced < natural
+    forced = _accept(3000, category="chat", chat=True, ignore_eos=True)
+    profile = load_profile("qwen14b")
+    past = model.accept_length(profile, model.Spec(5, 1, 6), 0.0,
+                               profile.acceptance.factor("chat", True) * profile.acceptance.past_end_factor)
+    assert natural * 1.05 < forced < past, (natural, forced, past)

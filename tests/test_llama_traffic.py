@@ -149,12 +149,16 @@ def test_each_workload_gets_its_own_pick_and_each_pick_wins_on_its_own(tmp_path:
         picks[name] = json.loads(run_autotune("best", "--study", str(tmp_path / f"{name}.toml"), "--json").stdout)
     assert picks["copy"]["params"] != picks["story"]["params"], picks
 
-    # each pick serves both workloads, as the data gives them (the copies greedy, the stories sampled)
+    # each pick serves both workloads, as the data gives them (the copies greedy, the stories sampled), in two rounds
+    # in turn; a cell's figure is its better round (a passing slowdown of the shared machine halved one pick's figures
+    # once: whatever slows a round never speeds one up)
     tok_s: dict[tuple[str, str], float] = {}
-    for pick, best in picks.items():
-        with _serving(best["command"], tmp_path) as url:
-            for name, requests in workloads.items():
-                tok_s[pick, name] = reference_client.chat_single_stream(url, requests)["output_tok_s"]
+    for _ in range(2):
+        for pick, best in picks.items():
+            with _serving(best["command"], tmp_path) as url:
+                for name, requests in workloads.items():
+                    figure = reference_client.chat_single_stream(url, requests)["output_tok_s"]
+                    tok_s[pick, name] = max(figure, tok_s.get((pick, name), 0.0))
     table = {f"{pick} pick on {name}": round(v, 1) for (pick, name), v in tok_s.items()}
     print(table, {name: best["params"] for name, best in picks.items()})
     assert tok_s["copy", "copy"] > tok_s["story", "copy"], (table, picks)

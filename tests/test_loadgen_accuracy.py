@@ -62,7 +62,7 @@ def test_several_processes_agree_with_the_reference_client(c: int, emulator: int
 def twice() -> Iterator[int]:
     """(3, 1, 4) at twice the model's speed: at 16 requests each streams about 230 tok/s, above what a real server
     gives each of 16. At 4x (460 tok/s each, a 256-token request over in 0.56 s, the round trip 7% of it) the
-    send-ahead's predictions run late often enough that the server held 0.8-1.4% fewer than 16 in five runs, close to
+    send-ahead's predictions run late often enough that the server held 0.8-1.2% fewer than 16 in six runs, close to
     the client_bound limit (1.5%) on a machine shared with other tests; 0.6-1.0% at 2x."""
     port = free_port()
     server = start_emulator(port, steps=3, topk=1, draft=4, speedup=2)

@@ -160,9 +160,27 @@ def validate(study_name: str) -> None:
                f"{'at least ' if plan.at_least else ''}{plan.valid_configs} distinct valid configs, "
                f"a budget of {spec.trials} launches, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
-               f"{len(plan.prompts)} prompts")
+               f"{len(plan.prompts)} {'requests' if spec.workload.dataset else 'prompts'}")
     for params in plan.opening:
         click.echo(f"  starting point: {plan.engine.describe(params)}")
+
+
+@cli.command()
+@STUDY
+@JSON
+def workload(study_name: str, as_json: bool) -> None:
+    """What the study will send, before any launch: requests, lengths, sampling, categories, each level's share."""
+    from autotune.plan import make_plan
+    from autotune.study import load_study
+    from autotune.workload_view import describe, text
+
+    spec = load_study(study_name)
+    plan = make_plan(spec, next(iter(spec.targets)))
+    view = describe(spec, plan.prompts)
+    if as_json:
+        _print_json(view)
+    else:
+        click.echo(text(view))
 
 
 @cli.command()

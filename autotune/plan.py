@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from autotune.bench.workload import load_prompts
+from autotune.bench.traffic import TrafficRequest, raw
+from autotune.bench.workload import load_prompts, load_traffic
 from autotune.engines import ArgValue, Engine, get_engine
 from autotune.errors import InvalidConfig, UserError
 from autotune.redact import is_secret
@@ -15,6 +16,7 @@ from autotune.search.settings import SearchSettings
 from autotune.space import Candidate, Space
 from autotune.study import StudySpec
 from autotune.targets import TargetSpec
+from autotune.workload_view import check_context
 
 
 @dataclass(frozen=True)
@@ -24,7 +26,8 @@ class Plan:
     target: TargetSpec
     space: Space
     baseline: Candidate
-    prompts: list[str]
+    #: the requests the study sends (a raw prompt of ``[workload] prompts`` has no length of its own)
+    prompts: list[TrafficRequest]
     #: distinct effective configs in the space (a lower bound when ``at_least``)
     valid_configs: int
     at_least: bool
@@ -81,8 +84,10 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
     except InvalidConfig as e:
         raise UserError(f"{spec.path}: [engine.args] the baseline (the fixed args) is invalid: {e}") from None
     budget = trials or spec.trials
+    requests = requests_of(spec)
+    check_context(spec, engine, baseline.args, requests)
     return Plan(spec=spec, engine=engine, target=target_spec, space=space, baseline=baseline,
-                prompts=load_prompts(spec.workload.prompts, spec.directory), valid_configs=valid, at_least=at_least,
+                prompts=requests, valid_configs=valid, at_least=at_least,
                 starting_points=initial_design(spec, space), budget=budget)
 
 
@@ -94,3 +99,11 @@ def _refuse_owned(spec: StudySpec, engine: Engine) -> None:
         if why is not None:
             raise UserError(f"{spec.path}: [space.{p.name}]: {p.name} is {why}, not a flag to tune; set it in "
                             "[engine.args] or the target's table")
+
+
+def requests_of(spec: StudySpec) -> list[TrafficRequest]:
+    """The study's requests: its dataset's, or its prompts file's raw prompts."""
+    w = spec.workload
+    if w.dataset is not None:
+        return load_traffic(w.dataset, spec.directory)
+    return [raw(p) for p in load_prompts(w.prompts, spec.directory)]

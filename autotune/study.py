@@ -107,8 +107,14 @@ class ParamSpec:
 @dataclass(frozen=True)
 class WorkloadSpec:
     prompts: str = "builtin"
+    #: the study's own traffic (bench/traffic.py reads the formats); None: ``prompts``
+    dataset: str | None = None
+    #: the output length where the data gives none (and of every raw prompt of ``prompts``)
     max_tokens: int = 256
     temperature: float = 0.0
+    top_p: float | None = None
+    #: None: a dataset's requests end naturally, ``prompts`` run to max_tokens (as autotune always measured them)
+    ignore_eos: bool | None = None
     concurrency: tuple[int, ...] = (1, 8, 32)
     #: the single stream's requests
     requests: int = 32
@@ -127,6 +133,11 @@ class WorkloadSpec:
     processes: int = 0
     #: where the concurrency levels' load generator runs (CLIENTS)
     client: str = "auto"
+
+    @property
+    def forced_length(self) -> bool:
+        """Whether every request runs to its size, past the end the model would give it (ignore_eos)."""
+        return self.ignore_eos if self.ignore_eos is not None else self.dataset is None
 
 
 #: where a concurrency level's load generator can run: "local" on this machine, through the target's own way to the
@@ -504,7 +515,8 @@ def _toml(value: ArgValue) -> str:
 def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
     w = v.table(data, "workload")
     where = "workload"
-    v.only(w, where, ("prompts", "max_tokens", "temperature", "concurrency", "requests", "window_generations",
+    v.only(w, where, ("prompts", "dataset", "ignore_eos", "top_p", "max_tokens", "temperature", "concurrency",
+                      "requests", "window_generations",
                       "warmup", "request_timeout", "stall_timeout", "tolerance", "min_repeats", "max_repeats", "mix",
                       "processes", "client"))
     conc = v.get(w, where, "concurrency", list, [1, 8, 32])
@@ -518,8 +530,16 @@ def _workload(data: dict[str, Any], v: Reader) -> WorkloadSpec:
     max_rep = v.integer(w, where, "max_repeats", 3, low=1, high=20)
     if max_rep < min_rep:
         v.fail(where, "max_repeats", f"must be at least min_repeats ({min_rep})")
+    if "prompts" in w and "dataset" in w:
+        v.fail(where, "dataset", "and prompts are two sources of requests: give one")
+    top_p = v.number(w, where, "top_p", None, low=0, high=1)
+    if top_p is not None and top_p <= 0:
+        v.fail(where, "top_p", "must be above 0 and at most 1")
     return WorkloadSpec(
         prompts=v.get(w, where, "prompts", str, "builtin"),
+        dataset=v.get(w, where, "dataset", str, None),
+        ignore_eos=v.get(w, where, "ignore_eos", bool, None),
+        top_p=top_p,
         max_tokens=v.integer(w, where, "max_tokens", 256, low=2, high=1_000_000),
         temperature=v.number(w, where, "temperature", 0.0, low=0, high=2),
         concurrency=tuple(sorted(conc)),

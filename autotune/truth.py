@@ -21,7 +21,9 @@ from autotune.plan import Plan
 from autotune.sim import truth
 from autotune.sim.args import build_parser
 from autotune.sim.profile import load_profile
+from autotune.sim.openai_api import TEMPLATE_TOKENS_PER_MESSAGE, TEMPLATE_TOKENS_REPLY
 from autotune.sim.tokens import encode
+from autotune.sim.traffic import category_of
 
 #: a study's truth is worked out config by config (about 1 s each, on every core): a larger space is refused
 MAX_STUDY_CONFIGS = 2000
@@ -61,7 +63,7 @@ def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]
         candidates.setdefault(candidate.key, candidate)
     first = plan.engine.render([], plan.baseline.args)
     vocab = load_profile(build_parser().parse_args(first).sim_profile).model.vocab_size
-    lengths = [len(encode(p, vocab)) for p in plan.prompts]
+    lengths = asks(plan, vocab)
     levels = sorted({1, *w.concurrency})
     argvs = [plan.engine.render([], c.args) for c in candidates.values()]
     n = len(argvs)
@@ -100,10 +102,30 @@ def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]
             **({"capacity": cap} if slo is not None else {}),
         })
     return {"study": spec.name, "speedup": truth.server(first)[2], "max_tokens": w.max_tokens,
-            "prompt_tokens_mean": round(sum(lengths) / len(lengths), 1), "concurrency": levels, "configs": rows}
+            "prompt_tokens_mean": round(sum(a.prompt_tokens for a in lengths) / len(lengths), 1),
+            "concurrency": levels, "configs": rows}
 
 
-def capacity_truth(argv: list[str], prompt_lengths: list[int], max_tokens: int, ladder: list[int],
+def asks(plan: Plan, vocab: int) -> list[truth.Ask]:
+    """The study's requests as the emulator sees them: prompt tokens (with its chat template's), sizes, categories
+    (told from the words, as the emulator tells them), sampling and ends."""
+    w = plan.spec.workload
+    out = []
+    for r in plan.prompts:
+        if r.messages is not None:
+            tokens = sum(TEMPLATE_TOKENS_PER_MESSAGE + len(encode(text, vocab)) for _, text in r.messages)
+            tokens += TEMPLATE_TOKENS_REPLY
+            instruction = next((text for role, text in reversed(r.messages) if role == "user"), "")
+        else:
+            tokens, instruction = len(encode(r.text, vocab)), r.text
+        out.append(truth.Ask(prompt_tokens=max(1, tokens), max_tokens=r.output_tokens(w.max_tokens),
+                             category=category_of(instruction), chat=r.chat,
+                             temperature=w.temperature if r.temperature is None else r.temperature,
+                             ignore_eos=w.forced_length))
+    return out
+
+
+def capacity_truth(argv: list[str], prompt_lengths: truth.Workload, max_tokens: int, ladder: list[int],
                    temperature: float, slo: tuple[float | None, float | None], speedup: float,
                    runs: truth.Length = truth.FULL) -> dict[str, Any]:
     """One config's capacity within ``slo`` (TTFT p99, ITL p99 in ms; None: unbounded) from the emulator's virtual

@@ -8,6 +8,7 @@ its error handling and exit status); the cases the last audit found (``AUDIT``) 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import sqlite3
@@ -405,7 +406,7 @@ CASES: dict[str, Case] = {
     "prompts missing": Case(workload('prompts = "p.jsonl"'),
                             pattern=r"\[workload\] prompts: cannot read .*p\.jsonl: No such file"),
     "prompts not UTF-8": Case(workload('prompts = "p.jsonl"'), files={"p.jsonl": b'{"prompt": "caf\xe9"}\n'},
-                              pattern=r"p\.jsonl: not UTF-8 text \(a byte 0xe9 at offset 15\)"),
+                              pattern=r"p\.jsonl: line 1: not UTF-8 text \(a byte 0xe9 at offset 15\)"),
     "prompts nested too deeply": Case(workload('prompts = "p.jsonl"'), files={"p.jsonl": DEEP + "\n"},
                                       pattern=r"p\.jsonl: line 1: not valid JSON \(or nested too deeply\)"),
     "prompts not JSON": Case(workload('prompts = "p.jsonl"'), files={"p.jsonl": '{"prompt": "a"}\nnope\n'},
@@ -423,6 +424,52 @@ CASES: dict[str, Case] = {
     "prompts a directory": Case(workload('prompts = "."'), pattern=r"\[workload\] prompts: .* is not a regular file"),
     "prompts path with a newline": Case(workload('prompts = "p.jsonl\\n"'),
                                         pattern=r"\[workload\] prompts: must be one line"),
+    # -- a dataset (bench/traffic.py)
+    "dataset in none of the formats": Case(workload('dataset = "d.jsonl"'), files={"d.jsonl": '{"text": "a"}\n'},
+                                           pattern=r"d\.jsonl: line 1: in none of the formats: needs \"messages\""),
+    "dataset empty": Case(workload('dataset = "d.jsonl"'), files={"d.jsonl": " \n\n"},
+                          pattern=r"d\.jsonl: empty: a dataset needs at least one request"),
+    "dataset not UTF-8": Case(workload('dataset = "d.jsonl"'),
+                              files={"d.jsonl": b'{"prompt": "a"}\n{"prompt": "caf\xe9"}\n'},
+                              pattern=r"d\.jsonl: line 2: not UTF-8 text"),
+    "dataset conversation without a user turn": Case(
+        workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"messages": [{"role": "system", "content": "Be brief."}]}\n'},
+        pattern=r"d\.jsonl: line 1: no user message"),
+    "dataset sharegpt without a human turn": Case(
+        workload('dataset = "d.json"'), files={"d.json": '[{"conversations": [{"from": "gpt", "value": "Hi"}]}]'},
+        pattern=r"d\.json: item 1: no human turn"),
+    "dataset sharegpt without a reply": Case(
+        workload('dataset = "d.json"'),
+        files={"d.json": '[{"conversations": [{"from": "human", "value": "Hi"}]}]'},
+        pattern=r"d\.json: item 1: nothing to generate: no reply follows the last human turn"),
+    "dataset nothing to generate": Case(
+        workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"messages": [{"role": "user", "content": "Hi"}], "max_tokens": 0}\n'},
+        pattern=r"d\.jsonl: line 1: nothing to generate: \"max_tokens\" must be a whole number from 1"),
+    "dataset batch to another endpoint": Case(
+        workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"url": "/v1/embeddings", "body": {"input": "a"}}\n'},
+        pattern=r"d\.jsonl: line 1: \"url\" '/v1/embeddings': autotune sends /v1/chat/completions or"),
+    "dataset mixes chat and raw": Case(
+        workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"messages": [{"role": "user", "content": "Hi"}]}\n{"prompt": "a"}\n'},
+        pattern=r"d\.jsonl: line 2: a raw prompt among chat requests"),
+    "dataset a FIFO": Case(workload('dataset = "fifo.jsonl"'), setup=lambda d: os.mkfifo(d / "fifo.jsonl"),
+                           pattern=r"\[workload\] dataset: .*fifo\.jsonl is not a regular file"),
+    "dataset a device": Case(workload('dataset = "/dev/zero"'),
+                             pattern=r"\[workload\] dataset: /dev/zero is not a regular file"),
+    "dataset longer than the context": Case(
+        workload('dataset = "d.jsonl"').replace('model-path = "/m"', 'model-path = "/m"\ncontext-length = 512'),
+        files={"d.jsonl": '{"prompt": "short", "max_tokens": 20}\n'
+                          + json.dumps({"prompt": "word " * 800, "max_tokens": 100}) + "\n"},
+        pattern=r"d\.jsonl: line 2: at least 500 prompt tokens and 100 to generate exceed the server's context of "
+                r"512 tokens"),
+    "dataset and prompts": Case(workload('dataset = "d.jsonl"\nprompts = "p.jsonl"'),
+                                pattern=r"\[workload\] dataset: and prompts are two sources of requests"),
+    "ignore_eos not a boolean": Case(workload('ignore_eos = "yes"'),
+                                     pattern=r"\[workload\] ignore_eos: must be"),
+    "top_p zero": Case(workload("top_p = 0"), pattern=r"\[workload\] top_p: must be above 0"),
     "prompts a number": Case(workload("prompts = 3"), pattern=r"\[workload\] prompts: must be a string"),
     # -- [constraints], [health]
     "constraint key": Case(VALID + "[constraints]\nmax_ttft = 3\n", pattern=r"\[constraints\] max_ttft: unknown key"),

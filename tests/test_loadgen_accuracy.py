@@ -33,8 +33,6 @@ def emulator() -> Iterator[int]:
     server.wait()
 
 
-
-
 def _bench(url: str, c: int, max_tokens: int, generations: int, processes: int, warmup: int = 1) -> Measurement:
     workload = WorkloadSpec(max_tokens=max_tokens, concurrency=(c,), window_generations=generations, warmup=warmup,
                             max_repeats=1, processes=processes)
@@ -60,11 +58,25 @@ def test_several_processes_agree_with_the_reference_client(c: int, emulator: int
     assert tuned == pytest.approx(ref["output_tok_s"], rel=0.03), (tuned, ref["output_tok_s"])
 
 
+@pytest.fixture
+def twice() -> Iterator[int]:
+    """(3, 1, 4) at twice the model's speed: at 16 requests each streams about 230 tok/s, above what a real server
+    gives each of 16. At 4x (460 tok/s each, a 256-token request over in 0.56 s, the round trip 7% of it) the
+    send-ahead's predictions run late often enough that the server held 0.8-1.2% fewer than 16 in six runs, close to
+    the client_bound limit (1.5%) on a machine shared with other tests; 0.6-1.0% at 2x."""
+    port = free_port()
+    server = start_emulator(port, steps=3, topk=1, draft=4, speedup=2)
+    yield port
+    server.kill()
+    server.wait()
+
+
 @pytest.mark.timeout(600)
-def test_a_round_trip_of_40_ms_changes_neither_the_figure_nor_the_servers_count(emulator: int) -> None:
+def test_a_round_trip_of_40_ms_changes_neither_the_figure_nor_the_servers_count(twice: int) -> None:
     """Concurrency 16, below the 17 the server runs at once, so every request fewer in the server is throughput
     lost: through a proxy that delays every byte by 20 ms each way the slots send each next request a round trip
     ahead, and the server holds 16 requests as it does when measured directly."""
+    emulator = twice
     direct = _bench(f"http://127.0.0.1:{emulator}", 16, 256, 8, processes=1)
     with DelayProxy(free_port(), emulator, 0.02) as proxy, ServerCount(emulator) as count:
         delayed = _bench(f"http://127.0.0.1:{proxy.port}", 16, 256, 8, processes=1, warmup=2)

@@ -188,8 +188,11 @@ def test_figures_agree_with_truth_and_an_independent_client(tmp_path: Path) -> N
                   f"({tuned / ref - 1:+.1%}), 95% interval +-{half:.1%}"
                   for config, c, k, tuned, want, ref, half in mine]
         print("\n".join(table))
-        for config, c, _, tuned, want, reference, _ in mine:
-            assert abs(tuned / want - 1) <= LIMITS[c], (config, c, "\n".join(table))
+        for config, c, _, tuned, want, reference, half in mine:
+            # the single stream's few requests are a sample of the prompts, whose acceptance differs by what each
+            # asks (the emulator's categories): against the truth over all of them it errs within its own interval
+            bound = max(LIMITS[c], half) if c == 1 else LIMITS[c]
+            assert abs(tuned / want - 1) <= bound, (config, c, "\n".join(table))
             assert abs(tuned / reference - 1) <= LIMITS[c], (config, c, "\n".join(table))
         # the interval `autotune best` reports and the search weighs rivals by: a 95% interval holds the truth in
         # about 19 of 20 launches (one from the spread of the requests' latencies under load held it in about half)

@@ -33,6 +33,7 @@ class RequestRecord:
     ramp: bool = False              # a first request of its slot (steady state not reached yet): not measured
     cancelled: bool = False         # cut off when its level's window closed (not a failure)
     gap: float | None = None        # seconds its slot stood empty before it was sent (concurrency levels)
+    category: str | None = None     # what the data says the request is (the report's figures by category)
 
     @property
     def ok(self) -> bool:

@@ -11,40 +11,65 @@ from __future__ import annotations
 import contextlib
 import json
 import threading
+from dataclasses import dataclass
 from typing import Any
 
 from autotune.bench.client import RequestRecord
-from autotune.engines import Engine, StreamUpdate
+from autotune.bench.traffic import TrafficRequest
+from autotune.engines import Engine, GenerationRequest, Sampling, StreamUpdate
 from autotune.errors import TrialFailure
 from autotune.targets.measuring import Generator
 
-#: stand-ins in a request body, replaced by each request's prompt and size
+#: stand-ins in a request body: where a tag goes (in front of its first text) and its size
 PROMPT_MARK = "\x00autotune-prompt\x00"
 TOKENS_MARK = 987654321
 
 
-def template(engine: Engine, temperature: float) -> list[str]:
-    """The engine's streaming request body as three pieces around a prompt (a JSON string) and a size."""
-    req = engine.generation_request(PROMPT_MARK, TOKENS_MARK, temperature)
-    text = json.dumps(req.body, separators=(",", ":"))
-    prompt, size = json.dumps(PROMPT_MARK), str(TOKENS_MARK)
-    if text.count(prompt) != 1 or text.count(size) != 1 or text.index(prompt) > text.index(size):
-        raise ValueError(f"{engine.kind}: its request body does not hold the prompt before the size once each")
-    before, rest = text.split(prompt)
-    middle, after = rest.split(size)
-    return [before, middle, after]
+@dataclass(frozen=True)
+class Shape:
+    """How a workload's requests are sent: their defaults where the data says nothing."""
+
+    max_tokens: int
+    temperature: float = 0.0
+    top_p: float | None = None
+    ignore_eos: bool = True
+
+    def sampling(self, item: TrafficRequest) -> Sampling:
+        return Sampling(temperature=self.temperature if item.temperature is None else item.temperature,
+                        top_p=self.top_p if item.top_p is None else item.top_p, ignore_eos=self.ignore_eos)
+
+    def request(self, engine: Engine, item: TrafficRequest, tag: str = "") -> GenerationRequest:
+        """The engine's request for ``item`` with the marks in place of its size and in front of its first text."""
+        if item.messages is not None:
+            messages = [(role, (PROMPT_MARK + tag + text) if i == 0 else text)
+                        for i, (role, text) in enumerate(item.messages)]
+            return engine.chat_request(messages, TOKENS_MARK, self.sampling(item))
+        return engine.generation_request(PROMPT_MARK + tag + (item.prompt or ""), TOKENS_MARK, self.temperature,
+                                         self.sampling(item))
+
+    def parts(self, engine: Engine, item: TrafficRequest, tag: str = "") -> list[Any]:
+        """A request as sent by the load generator: [before the tag, up to the size, after the size, the size, its
+        category ("" for none)]."""
+        req = self.request(engine, item, tag)
+        text = json.dumps(req.body, separators=(",", ":"))
+        mark, size = json.dumps(PROMPT_MARK)[1:-1], str(TOKENS_MARK)
+        if text.count(mark) != 1 or text.count(size) != 1 or text.index(mark) > text.index(size):
+            raise ValueError(f"{engine.kind}: its request body does not hold the prompt before the size once each")
+        before, rest = text.split(mark)
+        middle, after = rest.split(size)
+        return [before, middle, after, item.output_tokens(self.max_tokens), item.category or ""]
 
 
-def job(generator: Generator, engine: Engine, *, concurrency: int, max_tokens: int, temperature: float,
-        window_requests: int, prompts: list[str], headers: dict[str, str], processes: int, lead: float,
+def job(generator: Generator, engine: Engine, shape: Shape, *, concurrency: int, window_requests: int,
+        requests: list[list[Any]], kind: GenerationRequest, headers: dict[str, str], processes: int, lead: float,
         request_timeout: float, stall_timeout: float, tag: str) -> dict[str, Any]:
-    """What the program needs to run one level (``processes`` 0: what the machine can spare)."""
-    req = engine.generation_request("", 1, temperature)
-    return {"host": generator.host, "port": generator.port, "path": generator.prefix + req.path,
-            "headers": headers, "template": template(engine, temperature), "tokens_key": engine.stream_tokens_key,
-            "seconds_key": engine.stream_seconds_key,
-            "concurrency": concurrency, "max_tokens": max_tokens, "window_requests": window_requests,
-            "prompts": prompts, "processes": processes, "lead": lead, "request_timeout": request_timeout,
+    """What the program needs to run one level (``processes`` 0: what the machine can spare); ``requests`` from
+    ``Shape.parts``, ``kind`` one of them as the engine builds it (its path and stream format)."""
+    return {"host": generator.host, "port": generator.port, "path": generator.prefix + kind.path,
+            "headers": headers, "tokens_key": engine.stream_tokens_key if kind.tokens_key is None else kind.tokens_key,
+            "seconds_key": engine.stream_seconds_key, "finish_apart": kind.finish_apart,
+            "concurrency": concurrency, "window_requests": window_requests,
+            "requests": requests, "processes": processes, "lead": lead, "request_timeout": request_timeout,
             "stall_timeout": stall_timeout, "tag": tag}
 
 
@@ -111,7 +136,7 @@ def to_records(engine: Engine, concurrency: int, wire: list[dict[str, Any]]) -> 
 
 
 def to_record(engine: Engine, concurrency: int, w: dict[str, Any]) -> RequestRecord:
-    rec = RequestRecord(concurrency, w["start"], max_tokens=w["size"], ramp=w["ramp"])
+    rec = RequestRecord(concurrency, w["start"], max_tokens=w["size"], ramp=w["ramp"], category=w.get("label") or None)
     rec.error, rec.cancelled = w["error"], w["cancelled"]
     for t, n in w["trace"]:
         if n > rec.tokens:
@@ -120,11 +145,9 @@ def to_record(engine: Engine, concurrency: int, w: dict[str, Any]) -> RequestRec
             rec.tokens = n
             rec.trace.append((t, n))
     rec.e2e = w["e2e"]
-    if w["last"] is not None:
-        try:
-            update = engine.parse_event(json.loads(w["last"]))
-        except ValueError:
-            update = StreamUpdate(error=f"unparsable event: {w['last'][:120]}")
+    finals = [p for p in dict.fromkeys((w.get("final"), w["last"])) if p is not None]
+    if finals:
+        update = _merged([_parse(engine, p) for p in finals])
         if update.tokens is not None and update.tokens > rec.tokens:
             if rec.ttft is None:
                 rec.ttft = rec.e2e
@@ -140,4 +163,23 @@ def to_record(engine: Engine, concurrency: int, w: dict[str, Any]) -> RequestRec
     if rec.error is None and rec.finish_reason is None and not rec.cancelled:
         rec.error = f"stream ended without a finished event after {rec.tokens} tokens"
     return rec
+
+
+def _parse(engine: Engine, payload: str) -> StreamUpdate:
+    try:
+        return engine.parse_event(json.loads(payload))
+    except ValueError:
+        return StreamUpdate(error=f"unparsable event: {payload[:120]}")
+
+
+def _merged(updates: list[StreamUpdate]) -> StreamUpdate:
+    """The finishing event's figures, completed by the events after it (an OpenAI stream's usage chunk)."""
+    out = StreamUpdate()
+    for u in updates:
+        for name, value in vars(u).items():
+            if name == "tokens":
+                out.tokens = value if out.tokens is None or (value or 0) > out.tokens else out.tokens
+            elif value not in (None, False) and getattr(out, name) in (None, False):
+                setattr(out, name, value)
+    return out
 

@@ -54,10 +54,11 @@ import httpx
 
 from autotune.bench.capacity import Ladder
 from autotune.bench.client import RequestRecord
-from autotune.bench.generator import Run, job, template, to_record, to_records
-from autotune.targets.measuring import Generator, local
+from autotune.bench.generator import Run, Shape, job, to_record, to_records
 from autotune.bench.stats import mean, percentile, relative_half_width
+from autotune.bench.traffic import TrafficRequest, raw
 from autotune.bench.workload import PromptStream
+from autotune.targets.measuring import Generator, local
 from autotune.engines import Engine
 from autotune.errors import TrialFailure
 from autotune.study import WorkloadSpec
@@ -199,6 +200,21 @@ class LevelResult:
         return max(0.0, short) if clip else short
 
 
+def by_category(records: list[RequestRecord]) -> dict[str, dict[str, Any]]:
+    """Per category of the data: the requests measured, their mean output length, their acceptance (tokens over
+    verify steps, from each request's own counts; None where the engine gives none) and their mean decode speed."""
+    out: dict[str, dict[str, Any]] = {}
+    for name in sorted({r.category or "(none)" for r in records}):
+        rs = [r for r in records if (r.category or "(none)") == name]
+        verified = [r for r in rs if r.verify_steps]
+        decode = [d for d in (r.decode_tok_s for r in rs) if d is not None]
+        out[name] = {"measured": len(rs), "tokens_mean": round(sum(r.tokens for r in rs) / len(rs), 1),
+                     "accept_length": _rounded(sum(r.tokens for r in verified) / sum(r.verify_steps for r in verified))
+                     if verified else None,
+                     "decode_tok_s": _rounded(mean(decode))}
+    return out
+
+
 def _rounded(x: float | None) -> float | None:
     return None if x is None else round(x, 4)
 
@@ -267,6 +283,8 @@ class Measurement:
         for name, values in (("ttft_ms", ttft), ("itl_ms", itl), ("e2e_ms", [x * 1000 for x in e2e])):
             for q in (50, 90, 99):
                 out[f"{name}_p{q}"] = percentile(values, q)
+        if any(r.category for r in ok):
+            out["categories"] = by_category(ok)
         return out
 
     def summaries(self) -> list[dict[str, Any]]:
@@ -285,7 +303,7 @@ class Bench:
         base_url: str,
         engine: Engine,
         workload: WorkloadSpec,
-        prompts: list[str],
+        prompts: list[str] | list[TrafficRequest],
         headers: dict[str, str] | None = None,
         check: Callable[[], None] | None = None,
         should_stop: Callable[[], bool] = lambda: False,
@@ -301,11 +319,16 @@ class Bench:
         to measure (default: the single stream and the workload's). ``load``: where the concurrency levels' load
         generator runs (default: on this machine, sending to ``base_url``); ``processes`` its worker processes
         (default: the workload's; 0: what the machine can spare). ``ladder``: measure a capacity instead, climbing
-        and narrowing the load as it says (capacity.py); later repeats measure the capacity load alone."""
+        and narrowing the load as it says (capacity.py); later repeats measure the capacity load alone. ``prompts``:
+        the workload's requests (a string is a raw prompt of the workload's max_tokens)."""
         self.base_url = base_url
         self.engine = engine
         self.workload = workload
-        self.prompts = PromptStream(prompts, seed)
+        items = [p if isinstance(p, TrafficRequest) else raw(p) for p in prompts]
+        self.prompts: PromptStream[TrafficRequest] = PromptStream(items, seed)
+        self.shape = shape_of(workload)
+        #: the requests' endpoint and stream format (one dataset holds one kind)
+        self.kind = self.shape.request(engine, items[0])
         self.headers = headers or {}
         self.check = check or (lambda: None)
         self.should_stop = should_stop
@@ -401,25 +424,32 @@ class Bench:
               contextlib.suppress(httpx.HTTPError)):
             self.engine.flush_cache(sync)
 
-    def _job(self, where: Generator, concurrency: int, window: int, prompts: list[str]) -> dict[str, Any]:
+    def _requests(self, n: int) -> list[list[Any]]:
+        """The next ``n`` requests as the load generator sends them, each never sent before in this trial."""
+        out = []
+        for _ in range(n):
+            item, round_ = self.prompts.next_request()
+            out.append(self.shape.parts(self.engine, item, f"[request {self.prompts.issued}] " if round_ > 1 else ""))
+        return out
+
+    def _job(self, where: Generator, concurrency: int, window: int, requests: list[list[Any]]) -> dict[str, Any]:
         w = self.workload
         near = where.where != "this machine"
         return job(
-            where, self.engine, concurrency=concurrency, max_tokens=w.max_tokens, temperature=w.temperature,
-            window_requests=window, prompts=prompts, headers=self.headers, processes=self.processes,
+            where, self.engine, self.shape, concurrency=concurrency, window_requests=window, requests=requests,
+            kind=self.kind, headers=self.headers, processes=self.processes,
             lead=0.0 if near and self.lead is None else (self.lead or 0.0), request_timeout=w.request_timeout,
             stall_timeout=w.stall_timeout, tag=f"c{concurrency} r{self._repeat}")
 
     async def _single(self, client: loadgen.Client, level: LevelResult, n: int) -> None:
         """``n`` requests one after another, on this machine."""
-        w = self.workload
         cpu, wall = time.process_time(), time.monotonic()
         client.t0 = wall
-        body = loadgen.request_bodies({"template": template(self.engine, w.temperature)},
-                                      [self.prompts.next() for _ in range(n)], f"single r{self._repeat}")
+        following = loadgen.request_bodies(self._requests(n), f"single r{self._repeat}")
         try:
             for _ in range(n):
-                req = loadgen.Request(0, w.max_tokens, False, body(w.max_tokens))
+                size, body, label = following()
+                req = loadgen.Request(0, size, False, body(size), label)
                 client.start(req)
                 try:
                     while not req.finished:
@@ -455,7 +485,7 @@ class Bench:
         (see the module's docstring), in the load generator program."""
         c = level.concurrency
         budget = (self.workload.window_generations + SPARE_GENERATIONS) * c
-        job = self._job(self.load, c, requests, [self.prompts.next() for _ in range(budget)])
+        job = self._job(self.load, c, requests, self._requests(budget))
         run = await asyncio.to_thread(Run, self.load, job)
         result: dict[str, Any] | None = None
         try:
@@ -552,6 +582,12 @@ class Bench:
         if share <= self.client_limit:
             return
         raise TrialFailure("client_bound", client_bound_detail(level, share, how, self.client_limit))
+
+
+def shape_of(workload: WorkloadSpec) -> Shape:
+    """How the workload's requests are sent where the data says nothing of their length and sampling."""
+    return Shape(max_tokens=workload.max_tokens, temperature=workload.temperature, top_p=workload.top_p,
+                 ignore_eos=workload.forced_length)
 
 
 def _following(levels: Generator_[int, Measurement, None], sent: Measurement | None) -> int | None:

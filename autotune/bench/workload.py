@@ -1,4 +1,5 @@
-"""Prompts for measurement: the built-in varied set or the study's own JSONL file.
+"""What a study sends: the built-in varied set, the study's own prompts file, or its dataset (traffic.py reads the
+formats); every file read through ``read_text`` (a regular file, UTF-8, at most ``MAX_FILE_BYTES``).
 
 Within one trial no prompt text is ever sent twice, so a prefix cache can never turn a repeated prompt into an
 inflated result (one peer's replayed prompts doubled a figure that way): prompts are handed out in a shuffled order
@@ -13,36 +14,59 @@ import random
 import stat
 from importlib import resources
 from pathlib import Path
+from typing import Generic, TypeVar
 
+from autotune.bench.traffic import TrafficRequest, parse
 from autotune.errors import UserError
 
+#: the largest prompts file or dataset read (a bigger one is refused, not read in part)
+MAX_FILE_BYTES = 256 * 1024 * 1024
 
-#: the largest prompts file read (a few thousand long prompts are a few MB)
-MAX_PROMPTS_BYTES = 256 * 2**20
+T = TypeVar("T")
 
 
-def _read_file(path: Path) -> bytes:
-    """The bytes of the regular file ``path``: a device (/dev/zero), a FIFO (which would wait for a writer) or a
-    directory is refused, and so is a file larger than MAX_PROMPTS_BYTES, before anything is read."""
+def resolve(source: str, base: Path) -> Path:
+    path = Path(source).expanduser()
+    return path if path.is_absolute() else base / path
+
+
+def read_text(path: Path, key: str) -> str:
+    """A file's text for ``[workload] key``: a regular file (never a FIFO or a device, which could block or never
+    end), at most MAX_FILE_BYTES, UTF-8."""
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
     except OSError as e:
-        raise UserError(f"[workload] prompts: cannot read {path}: {e.strerror}") from None
-    info = os.fstat(fd)
-    if not stat.S_ISREG(info.st_mode) or info.st_size > MAX_PROMPTS_BYTES:
+        raise UserError(f"[workload] {key}: cannot read {path}: {e.strerror}") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise UserError(f"[workload] prompts: {path} is not a regular file (a JSONL file of prompts)")
-        raise UserError(f"[workload] prompts: {path} is {info.st_size / 2**20:.0f} MiB; at most "
-                        f"{MAX_PROMPTS_BYTES // 2**20} MiB")
+        raise UserError(f"[workload] {key}: {path} is not a regular file (a FIFO, a device or a directory is "
+                        "refused)")
     with os.fdopen(fd, "rb") as f:
+        if st.st_size > MAX_FILE_BYTES:
+            raise UserError(f"[workload] {key}: cannot read {path}: {st.st_size} bytes; at most {MAX_FILE_BYTES} "
+                            "are read")
         try:
-            data = f.read(MAX_PROMPTS_BYTES + 1)
+            data = f.read(MAX_FILE_BYTES + 1)
         except OSError as e:
-            raise UserError(f"[workload] prompts: cannot read {path}: {e.strerror}") from None
-    if len(data) > MAX_PROMPTS_BYTES:
-        raise UserError(f"[workload] prompts: {path} grew past {MAX_PROMPTS_BYTES // 2**20} MiB while read")
-    return data
+            raise UserError(f"[workload] {key}: cannot read {path}: {e.strerror}") from None
+    if len(data) > MAX_FILE_BYTES:  # it grew while read
+        raise UserError(f"[workload] {key}: cannot read {path}: more than {MAX_FILE_BYTES} bytes")
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data[:e.start].count(b"\n") + 1
+        raise UserError(f"{path}: line {line}: not UTF-8 text (a byte {data[e.start]:#04x} at offset {e.start})"
+                        ) from None
+
+
+def load_traffic(dataset: str, base: Path) -> list[TrafficRequest]:
+    """A dataset's requests (``"builtin"``: the built-in traffic set, chat requests by category)."""
+    if dataset == "builtin":
+        text = resources.files("autotune.bench").joinpath("traffic.jsonl").read_text(encoding="utf-8")
+        return parse(text, "builtin traffic")
+    path = resolve(dataset, base)
+    return parse(read_text(path, "dataset"), str(path))
 
 
 def load_prompts(source: str, base: Path) -> list[str]:
@@ -51,13 +75,8 @@ def load_prompts(source: str, base: Path) -> list[str]:
         text = resources.files("autotune.bench").joinpath("prompts.jsonl").read_text()
         where = "builtin prompts"
     else:
-        path = Path(source).expanduser()
-        path = path if path.is_absolute() else base / path
-        raw = _read_file(path)
-        try:
-            text = raw.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise UserError(f"{path}: not UTF-8 text (a byte {e.object[e.start]:#04x} at offset {e.start})") from None
+        path = resolve(source, base)
+        text = read_text(path, "prompts")
         where = str(path)
     prompts = []
     for n, line in enumerate(text.splitlines(), 1):
@@ -78,15 +97,25 @@ def load_prompts(source: str, base: Path) -> list[str]:
     return prompts
 
 
-class PromptStream:
-    """Hands out prompts so that none repeats within the stream's life (one trial)."""
+class PromptStream(Generic[T]):
+    """Hands out prompts (or requests) so that none repeats within the stream's life (one trial): a later round's
+    strings carry a tag; a request's tag is added where it is sent (``round``)."""
 
-    def __init__(self, prompts: list[str], seed: int | None = None) -> None:
+    def __init__(self, prompts: list[T], seed: int | None = None) -> None:
         self._prompts = list(prompts)
         self._rng = random.Random(seed)
-        self._order: list[str] = []
+        self._order: list[T] = []
         self._round = 0
         self.issued = 0
+
+    def next_request(self) -> tuple[T, int]:
+        """The next item and the round it belongs to (1: never sent before in this stream)."""
+        if not self._order:
+            self._order = self._prompts[:]
+            self._rng.shuffle(self._order)
+            self._round += 1
+        self.issued += 1
+        return self._order.pop(), self._round
 
     def next(self) -> str:
         if not self._order:

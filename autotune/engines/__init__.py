@@ -7,13 +7,16 @@ from autotune.engines.base import (
     ArgValue,
     Engine,
     GenerationRequest,
+    Message,
+    Sampling,
     ServerInfo,
     StreamUpdate,
     ValidRange,
     config_key,
 )
 
-__all__ = ["ENGINES", "AdaptiveRules", "ArgValue", "Args", "Engine", "GenerationRequest", "ServerInfo", "StreamUpdate",
+__all__ = ["ENGINES", "AdaptiveRules", "ArgValue", "Args", "Engine", "GenerationRequest", "Message", "Sampling",
+           "ServerInfo", "StreamUpdate",
            "ValidRange", "config_key", "get_engine"]
 
 ENGINES = ("sglang", "llamacpp")

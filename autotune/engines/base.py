@@ -113,6 +113,25 @@ class ValidRange:
 class GenerationRequest:
     path: str
     body: dict[str, Any]
+    #: the key of a stream event's cumulative completion-token count (None: the engine's ``stream_tokens_key``; "":
+    #: the stream gives no count, each event carrying text is one token)
+    tokens_key: str | None = None
+    #: the stream's finishing event may be followed by others (an OpenAI usage chunk): the load generator keeps the
+    #: last event naming a finish reason beside the last event
+    finish_apart: bool = False
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How a request samples and ends: ``ignore_eos`` makes it run to its size whatever the model would say."""
+
+    temperature: float = 0.0
+    top_p: float | None = None
+    ignore_eos: bool = True
+
+
+#: a chat message as sent: (role, text)
+Message = tuple[str, str]
 
 
 class AdaptiveRules(ABC):
@@ -299,12 +318,47 @@ class Engine(ABC):
         return out
 
     @abstractmethod
-    def generation_request(self, prompt: str, max_tokens: int, temperature: float) -> GenerationRequest:
-        """A streaming generation request that always produces ``max_tokens`` tokens (end-of-sequence ignored)."""
+    def generation_request(self, prompt: str, max_tokens: int, temperature: float,
+                           sampling: Sampling | None = None) -> GenerationRequest:
+        """A streaming generation request for a raw prompt of at most ``max_tokens`` tokens; without ``sampling``
+        it always produces ``max_tokens`` tokens (end-of-sequence ignored) at ``temperature``."""
+
+    def chat_request(self, messages: Sequence[Message], max_tokens: int, sampling: Sampling) -> GenerationRequest:
+        """A streaming request through the engine's OpenAI chat endpoint (the server applies its chat template), of
+        at most ``max_tokens`` tokens, with a cumulative token count on its events where the engine gives one."""
+        body: dict[str, Any] = {"messages": [{"role": r, "content": t} for r, t in messages],
+                                "max_tokens": int(max_tokens), "temperature": float(sampling.temperature)}
+        if sampling.top_p is not None:
+            body["top_p"] = float(sampling.top_p)
+        if sampling.ignore_eos:
+            body["ignore_eos"] = True
+        body.update(stream=True, stream_options={"include_usage": True, "continuous_usage_stats": True})
+        return GenerationRequest("/v1/chat/completions", body, tokens_key="completion_tokens", finish_apart=True)
 
     @abstractmethod
     def parse_event(self, payload: dict[str, Any]) -> StreamUpdate:
         """Parse one server-sent event of a generation stream (the JSON after ``data:``)."""
+
+    def parse_chat_event(self, payload: dict[str, Any]) -> StreamUpdate:
+        """Parse one event of an OpenAI chat stream: a chunk (its finish reason), or the usage chunk."""
+        if "error" in payload:
+            err = payload["error"]
+            return StreamUpdate(finished=True, error=str(err.get("message", err) if isinstance(err, dict) else err))
+        usage = payload.get("usage") or {}
+        tokens = usage.get("completion_tokens")
+        update = StreamUpdate(tokens=int(tokens) if isinstance(tokens, int) else None)
+        choices = payload.get("choices") or []
+        finish = choices[0].get("finish_reason") if choices and isinstance(choices[0], dict) else None
+        if finish is not None:
+            update.finished, update.finish_reason = True, str(finish)
+            if finish == "abort":
+                update.error = "aborted"
+        return update
+
+    def context_length(self, args: Mapping[str, ArgValue]) -> int | None:
+        """The tokens one request may hold (prompt and output), as ``args`` set it; None when they leave it to the
+        model (known only once the server runs)."""
+        return None
 
     def flush_cache(self, client: httpx.Client) -> bool:
         """Empty the server's prefix cache if the engine can; True if it did."""

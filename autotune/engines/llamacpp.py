@@ -26,12 +26,22 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import httpx
 
-from autotune.engines.base import Args, ArgValue, Engine, GenerationRequest, Platform, ServerInfo, StreamUpdate
+from autotune.engines.base import (
+    Args,
+    ArgValue,
+    Engine,
+    GenerationRequest,
+    Message,
+    Platform,
+    Sampling,
+    ServerInfo,
+    StreamUpdate,
+)
 from autotune.engines.secret_args import OffCommandLine, flags_with_values, without
 from autotune.errors import InvalidConfig
 
@@ -304,22 +314,38 @@ class LlamaCpp(Engine):
             raw={"props": props, "slots": slots},
         )
 
-    def generation_request(self, prompt: str, max_tokens: int, temperature: float) -> GenerationRequest:
+    def generation_request(self, prompt: str, max_tokens: int, temperature: float,
+                           sampling: Sampling | None = None) -> GenerationRequest:
         # llama-server's own /completion: its stream carries cumulative tokens_predicted on every event and the
         # request's timings (with draft_n / draft_n_accepted) on the last one
-        return GenerationRequest(
-            path="/completion",
-            body={
-                "prompt": prompt,
-                "n_predict": int(max_tokens),
-                "ignore_eos": True,
-                "temperature": float(temperature),
-                "stream": True,
-                "cache_prompt": False,      # never reuse a cached prefix: every request pays its full prompt
-            },
-        )
+        sampling = sampling or Sampling(temperature)
+        body: dict[str, Any] = {"prompt": prompt, "n_predict": int(max_tokens), "ignore_eos": sampling.ignore_eos,
+                                "temperature": float(sampling.temperature)}
+        if sampling.top_p is not None:
+            body["top_p"] = float(sampling.top_p)
+        # never reuse a cached prefix: every request pays its full prompt
+        body.update(stream=True, cache_prompt=False)
+        return GenerationRequest(path="/completion", body=body)
+
+    def chat_request(self, messages: Sequence[Message], max_tokens: int, sampling: Sampling) -> GenerationRequest:
+        # the OpenAI chat stream has no cumulative count: one event a token (llama-server sends each token as it
+        # comes), the exact count and the timings on the last chunk
+        req = super().chat_request(messages, max_tokens, sampling)
+        body = dict(req.body)
+        body.pop("stream_options")
+        body.update(ignore_eos=sampling.ignore_eos, cache_prompt=False, stream_options={"include_usage": True})
+        return GenerationRequest(req.path, body, tokens_key="", finish_apart=True)
 
     def parse_event(self, payload: dict[str, Any]) -> StreamUpdate:
+        if "choices" in payload or "usage" in payload:
+            update = self.parse_chat_event(payload)
+            timings = payload.get("timings")
+            if isinstance(timings, dict):
+                n = timings.get("predicted_n")
+                if isinstance(n, int):
+                    update.tokens = max(update.tokens or 0, n)
+                _with_timings(update, timings, update.tokens)
+            return update
         if "error" in payload:
             err = payload["error"]
             msg = err.get("message") if isinstance(err, dict) else str(err)
@@ -332,32 +358,21 @@ class LlamaCpp(Engine):
         timings = payload.get("timings") or {}
         n = timings.get("predicted_n", tokens)
         n = int(n) if isinstance(n, (int, float)) else tokens
-        accepted = timings.get("draft_n_accepted")
-        accept_length = None
-        verify_steps = None
-        if n:
-            # the first token comes from the prompt pass; every later target decode step yields one token plus
-            # the draft tokens it accepted, so decode steps = n - 1 - accepted. As SGLang's spec_accept_length
-            # (completion_tokens / spec_verify_ct): accept_length = n / decode steps. The server leaves draft_n
-            # out when nothing was drafted (speculation off, or no n-gram match): accept_length is then None,
-            # but verify_steps still counts the request's decode steps, so a level's tokens / verify steps stays
-            # exact for an n-gram type that drafted for some requests only (and is n / (n - 1) without speculation).
-            # (The server's own log line "mean len" is 1 + accepted / steps-with-a-draft: a different figure.)
-            acc = int(accepted) if isinstance(accepted, (int, float)) else 0
-            verify_steps = max(n - 1 - acc, 0)
-            if "draft_n" in timings and verify_steps > 0:
-                accept_length = n / verify_steps
         stop_type = payload.get("stop_type")
         finish = {"limit": "length", "eos": "stop", "word": "stop"}.get(str(stop_type), stop_type)
-        spent = [timings.get(k) for k in ("prompt_ms", "predicted_ms")]
-        return StreamUpdate(
-            server_seconds=sum(spent) / 1000 if all(isinstance(x, (int, float)) for x in spent) else None,
-            tokens=tokens if tokens is not None else n,
-            finished=True,
-            finish_reason=finish,
-            accept_length=accept_length,
-            verify_steps=verify_steps,
-        )
+        update = StreamUpdate(tokens=tokens if tokens is not None else n, finished=True, finish_reason=finish)
+        _with_timings(update, timings, n)
+        return update
+
+    def context_length(self, args: Mapping[str, ArgValue]) -> int | None:
+        # --ctx-size is shared by the slots (--parallel): each request gets its share (0: the model's own)
+        _, ctx = _find(args, "ctx")
+        _, slots = _find(args, "parallel")
+        if ctx is None or not str(ctx).isdigit() or int(ctx) == 0:
+            return None
+        unified = args.get("kv-unified", args.get("kvu")) is True
+        share = int(slots) if slots is not None and str(slots).isdigit() and int(slots) > 0 and not unified else 1
+        return int(ctx) // share
 
     def capacity_from_log(self, text: str) -> dict[str, int]:
         # "I srv load_model: initializing, n_slots = 2, n_ctx_slot = 1024, kv_unified = 'false'"
@@ -370,6 +385,26 @@ class LlamaCpp(Engine):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+
+
+def _with_timings(update: StreamUpdate, timings: dict[str, Any], n: int | None) -> None:
+    """The request's verify steps, accept length and server time from llama-server's timings."""
+    if n:
+        # the first token comes from the prompt pass; every later target decode step yields one token plus
+        # the draft tokens it accepted, so decode steps = n - 1 - accepted. As SGLang's spec_accept_length
+        # (completion_tokens / spec_verify_ct): accept_length = n / decode steps. The server leaves draft_n
+        # out when nothing was drafted (speculation off, or no n-gram match): accept_length is then None,
+        # but verify_steps still counts the request's decode steps, so a level's tokens / verify steps stays
+        # exact for an n-gram type that drafted for some requests only (and is n / (n - 1) without speculation).
+        # (The server's own log line "mean len" is 1 + accepted / steps-with-a-draft: a different figure.)
+        accepted = timings.get("draft_n_accepted")
+        acc = int(accepted) if isinstance(accepted, (int, float)) else 0
+        update.verify_steps = max(n - 1 - acc, 0)
+        if "draft_n" in timings and update.verify_steps > 0:
+            update.accept_length = n / update.verify_steps
+    spent = [timings.get(k) for k in ("prompt_ms", "predicted_ms")]
+    if all(isinstance(x, (int, float)) for x in spent):
+        update.server_seconds = sum(spent) / 1000  # type: ignore[arg-type]
 
 
 def _refuse_removed(args: Mapping[str, ArgValue]) -> None:

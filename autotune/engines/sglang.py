@@ -21,6 +21,7 @@ from autotune.engines.base import (
     Engine,
     GenerationRequest,
     Platform,
+    Sampling,
     ServerInfo,
     StreamUpdate,
     ValidRange,
@@ -240,14 +241,20 @@ class SGLang(Engine):
         return ServerInfo(applied=applied, max_running_requests=_int_or_none(mrr),
                           max_total_num_tokens=_int_or_none(data.get("max_total_num_tokens")), raw=data)
 
-    def generation_request(self, prompt: str, max_tokens: int, temperature: float) -> GenerationRequest:
-        return GenerationRequest("/generate", {
-            "text": prompt,
-            "sampling_params": {"max_new_tokens": max_tokens, "temperature": temperature, "ignore_eos": True},
-            "stream": True,
-        })
+    def generation_request(self, prompt: str, max_tokens: int, temperature: float,
+                           sampling: Sampling | None = None) -> GenerationRequest:
+        sampling = sampling or Sampling(temperature)
+        params: dict[str, Any] = {"max_new_tokens": max_tokens, "temperature": sampling.temperature}
+        if sampling.top_p is not None:
+            params["top_p"] = sampling.top_p
+        params["ignore_eos"] = sampling.ignore_eos
+        return GenerationRequest("/generate", {"text": prompt, "sampling_params": params, "stream": True})
 
     def parse_event(self, payload: dict[str, Any]) -> StreamUpdate:
+        # SGLang's OpenAI chat stream (0.5.23) carries no speculative figures of the request: only /generate's
+        # meta_info gives spec_verify_ct
+        if "choices" in payload or "usage" in payload:
+            return self.parse_chat_event(payload)
         if "error" in payload:
             err = payload["error"]
             return StreamUpdate(finished=True, error=str(err.get("message", err) if isinstance(err, dict) else err))
@@ -268,6 +275,10 @@ class SGLang(Engine):
             length = meta.get("spec_accept_length")
             update.accept_length = float(length) if length is not None else (update.tokens or 0) / verify
         return update
+
+    def context_length(self, args: Mapping[str, ArgValue]) -> int | None:
+        value = args.get("context-length")
+        return int(value) if isinstance(value, (int, str)) and str(value).isdigit() else None
 
     def flush_cache(self, client: httpx.Client) -> bool:
         return client.post("/flush_cache").status_code == 200

@@ -15,6 +15,7 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import results
 from autotune.engines import get_engine
+from autotune.errors import UserError
 from autotune.record import TrialRecord
 from autotune.study import StudySpec
 
@@ -132,6 +133,28 @@ def _throughput(study: optuna.Study, spec: StudySpec | None) -> Any:
     return fig
 
 
+def _lengths(study: optuna.Study, spec: StudySpec | None) -> Any:
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    from autotune.plan import requests_of
+    from autotune.workload_view import describe
+
+    if spec is None:
+        raise _Skip("no study file")
+    try:
+        view = describe(spec, requests_of(spec))
+    except UserError as e:
+        raise _Skip(f"the study's requests cannot be read now: {e}") from None
+    fig = make_subplots(rows=1, cols=2, subplot_titles=("prompt tokens (estimated)", "output tokens asked"))
+    for col, key in ((1, "input_lengths"), (2, "output_lengths")):
+        fig.add_trace(go.Histogram(x=view[key], nbinsx=40, showlegend=False), row=1, col=col)
+        fig.update_xaxes(title_text="tokens", row=1, col=col)
+        fig.update_yaxes(title_text="requests", row=1, col=col)
+    fig.update_layout(title=f"Request lengths: {view['requests']} requests from {view['source']}")
+    return fig
+
+
 def _timeline(study: optuna.Study, spec: StudySpec | None) -> Any:
     if not study.get_trials(deepcopy=False):
         raise _Skip("no trial")
@@ -149,6 +172,7 @@ PLOTS: list[tuple[str, str, Callable[[optuna.Study, StudySpec | None], Any]]] = 
     ("contour", "Contour", _contour),
     ("pareto", "Pareto front", _pareto),
     ("throughput", "Throughput against concurrency", _throughput),
+    ("lengths", "Request lengths", _lengths),
     ("timeline", "Timeline", _timeline),
 ]
 

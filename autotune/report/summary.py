@@ -229,6 +229,31 @@ def _per_concurrency(study: optuna.Study) -> list[str]:
     return [*lines, ""]
 
 
+def _categories(spec: StudySpec | None, best: TrialRecord | None, base: TrialRecord | None) -> list[str]:
+    """The best config's and the baseline's figures by the data's category, at each level: acceptance from each
+    request's own counts, and the requests' decode speed."""
+    shown = [(f"trial {r.number}", r) for r in (best, base) if r is not None]
+    rows = [(label, lv) for label, r in shown for lv in r.levels if lv.get("categories")]
+    forced = spec is not None and spec.workload.forced_length and spec.workload.dataset is not None
+    note = ["Every request ran to its length (ignore_eos): the text past an answer's natural end is drafted "
+            "differently from the answer, so the acceptance measured is not the traffic's own, and every request "
+            "was as long as it could be.", ""] if forced else []
+    if not rows:
+        return ["## Traffic", "", *note] if note else []
+    lines = ["## By category", "",
+             "Each category of the traffic as it was measured (accept length: tokens over verify steps of its "
+             "requests; n/a where the engine reports none for the endpoint, as SGLang's chat endpoint):", "",
+             "| trial | load | category | requests | mean output tokens | accept length | decode tok/s per request |",
+             "|---|---|---|---:|---:|---:|---:|"]
+    for label, lv in rows:
+        for name, f in lv["categories"].items():
+            accept = f"{f['accept_length']:.2f}" if f.get("accept_length") else "n/a"
+            decode = f"{f['decode_tok_s']:.1f}" if f.get("decode_tok_s") else "n/a"
+            lines.append(f"| {label} | c{lv['concurrency']} | {name} | {f['measured']} | {f['tokens_mean']:.0f} | "
+                         f"{accept} | {decode} |")
+    return [*lines, "", *note]
+
+
 def _capacity(study: optuna.Study) -> list[str]:
     curves = capacity_curves(study)
     if not curves:
@@ -282,6 +307,7 @@ def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[Pl
     lines += _best(spec.name if spec else study.study_name, best, base, results.leader(study), study)
     lines += _baseline(base)
     lines += _per_concurrency(study)
+    lines += _categories(spec, best, base)
     lines += _capacity(study)
     lines += _adaptive(study)
     lines += _top(study, recs)

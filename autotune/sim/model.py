@@ -150,19 +150,21 @@ def _expected_length(qs: list[float], alloc: list[int], gain: float) -> float:
     return length
 
 
-def reach_probabilities(profile: Profile, spec: Spec | None, temperature: float = 0.0) -> list[float]:
-    """P(the accepted path reaches depth d) for d = 1..steps (tokens accepted beyond the bonus token)."""
+def reach_probabilities(profile: Profile, spec: Spec | None, temperature: float = 0.0,
+                        factor: float = 1.0) -> list[float]:
+    """P(the accepted path reaches depth d) for d = 1..steps (tokens accepted beyond the bonus token); ``factor``
+    scales each depth's acceptance for what the request asks (``Acceptance.factor``, past its natural end)."""
     if spec is None:
         return []
-    penalty = max(0.0, 1.0 - profile.acceptance.temperature_penalty * max(temperature, 0.0))
+    penalty = max(0.0, 1.0 - profile.acceptance.temperature_penalty * max(temperature, 0.0)) * factor
     if profile.acceptance.model == "tree":
         return tree_acceptance.reach_probabilities(tree_draft(profile, spec), spec.steps, spec.topk, spec.draft,
                                                    penalty)
     alloc = tree_allocation(profile, spec)
     reach, out = 1.0, []
     for depth, candidates in enumerate(alloc, start=1):
-        reach *= _coverage(depth_acceptance(profile, depth, spec) * penalty, candidates,
-                           profile.acceptance.topk_gain)
+        q = min(0.995, depth_acceptance(profile, depth, spec) * penalty)
+        reach *= _coverage(q, candidates, profile.acceptance.topk_gain)
         out.append(reach)
     return out
 
@@ -177,9 +179,9 @@ def tree_draft(profile: Profile, spec: Spec) -> tree_acceptance.TreeDraft:
     return tree_acceptance.TreeDraft(align, acc.align_decay, acc.confidence, acc.confidence_spread)
 
 
-def accept_length(profile: Profile, spec: Spec | None, temperature: float = 0.0) -> float:
+def accept_length(profile: Profile, spec: Spec | None, temperature: float = 0.0, factor: float = 1.0) -> float:
     """Expected tokens per verify step (accepted drafts + the bonus token); 1 without speculation."""
-    return 1.0 + sum(reach_probabilities(profile, spec, temperature))
+    return 1.0 + sum(reach_probabilities(profile, spec, temperature, factor))
 
 
 def accept_rate(length: float, spec: Spec | None) -> float:

@@ -51,6 +51,17 @@ def chat_prompt(state: State, messages: Any) -> list[int]:
     return ids + [1] * TEMPLATE_TOKENS_REPLY
 
 
+def last_user_text(messages: list[Any]) -> str:
+    """The text of the last user message (the instruction the answer follows)."""
+    for message in reversed(messages):
+        if isinstance(message, dict) and message.get("role") == "user":
+            content = message.get("content") or ""
+            if isinstance(content, list):
+                return " ".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+            return str(content)
+    return ""
+
+
 def completion_prompt(state: State, prompt: Any) -> list[int]:
     if isinstance(prompt, list) and len(prompt) == 1:
         prompt = prompt[0]
@@ -96,7 +107,8 @@ async def _serve(state: State, request: Request, chat: bool) -> Response:
         ids = chat_prompt(state, body.get("messages")) if chat else completion_prompt(state, body.get("prompt"))
         params = sampling(body, None if chat else 16, len(ids), state)
         stream = bool(body.get("stream", False))
-        req = make_request(state, ids, params, stream)
+        instruction = last_user_text(body.get("messages")) if chat else str(body.get("prompt"))
+        req = make_request(state, ids, params, stream, instruction=instruction, chat=chat)
     except (BadRequest, ValueError) as e:
         return json_response(error_body(str(e)), 400)
     state.scheduler.submit(req)

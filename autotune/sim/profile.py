@@ -6,6 +6,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from autotune.sim.traffic import CATEGORIES
+
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover - Python 3.10
@@ -95,6 +97,17 @@ class Acceptance:
     align_decay: float = 0.95
     confidence: float = 0.7
     confidence_spread: float = 4.0
+    #: how much better a chat-templated request's drafts are accepted than a raw prompt's (a factor on each depth's
+    #: acceptance; the other figures describe raw prompts)
+    chat_factor: float = 1.0
+    #: the factor on each depth's acceptance of the text generated past a request's natural end (ignore_eos)
+    past_end_factor: float = 1.0
+    #: category (sim/traffic.py) -> factor on each depth's acceptance, relative to chat (absent: 1)
+    categories: dict[str, float] = dataclasses.field(default_factory=dict)
+
+    def factor(self, category: str, chat: bool) -> float:
+        """The factor on each depth's acceptance for a request of ``category``, chat-templated or raw."""
+        return self.categories.get(category, 1.0) * (self.chat_factor if chat else 1.0)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -214,6 +227,14 @@ def load_profile(name_or_path: str = DEFAULT_PROFILE) -> Profile:
             and acc.confidence_spread > 0):
         raise ProfileError(f"{path}: [acceptance]: align and align_decay must be in (0, 1], confidence in (0, 1) "
                            "and confidence_spread above 0")
+    for name, value in (("chat_factor", acc.chat_factor), ("past_end_factor", acc.past_end_factor),
+                        *((f"categories.{k}", v) for k, v in acc.categories.items())):
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value <= 3:
+            raise ProfileError(f"{path}: [acceptance] {name}: expected a factor above 0 and at most 3, got {value!r}")
+    unknown = sorted(set(acc.categories) - set(CATEGORIES))
+    if unknown:
+        raise ProfileError(f"{path}: [acceptance.categories]: unknown {', '.join(unknown)}; known: "
+                           f"{', '.join(CATEGORIES)}")
     return Profile(
         name=str(head.get("name", path.stem)),
         description=str(head.get("description", "")),

@@ -22,6 +22,9 @@ from autotune.sim.metrics import Metrics
 from autotune.sim.profile import Profile
 from autotune.sim.tokens import TextGenerator, prompt_seed
 
+#: a request asking for fewer tokens than this is no answer's length (a warm-up, a probe): it ends where the profile's
+#: answers end, almost always past its limit
+SHORTEST_ANSWER = 32
 INTERNAL_ERROR = "The scheduler aborted the request after an internal error in the forward pass."
 
 
@@ -35,12 +38,17 @@ class Request:
     temperature: float
     stream: bool
     log_metrics: bool = True
+    #: what the request asks for, as acceptance sees it (sim/traffic.py), and whether a chat template wrapped it
+    category: str = "chat"
+    chat: bool = False
     rid: str = dataclasses.field(default_factory=lambda: uuid.uuid4().hex)
     # set by the scheduler
     arrival: float = 0.0
     arrival_v: float = 0.0
     natural_length: int | None = None
     reach: list[float] = dataclasses.field(default_factory=list)
+    #: the reach past the natural end (a request that ignores end-of-sequence goes on into text drafted differently)
+    reach_past: list[float] = dataclasses.field(default_factory=list)
     rng: random.Random | None = None
     carry: float = 0.0
     abort_at: int | None = None
@@ -145,7 +153,7 @@ class Scheduler:
         self.stalled = False
         self.serving = False  # set once warm-up is done: injected request errors spare the warm-up request
         self.last_output_time = 0.0
-        self._reach_cache: dict[float, list[float]] = {}
+        self._reach_cache: dict[tuple[float, float], list[float]] = {}
         self._graph = True
         self._pending_new = 0
         self._round_batch = 0
@@ -209,16 +217,22 @@ class Scheduler:
         seed = prompt_seed(req.prompt_ids) ^ self.seed if req.temperature <= 0 else self.rng.randrange(2**31)
         rng = random.Random(seed)
         req.generator = TextGenerator(seed)
-        if not req.ignore_eos:
-            mean = self.profile.acceptance.mean_output_tokens
-            req.natural_length = max(1, int(rng.expovariate(1.0 / mean)) + 1)
-        reach = self._reach(req.temperature)
+        mean = self.profile.acceptance.mean_output_tokens
+        # drawn from the request's own randomness first, as it always was, so every later draw stays the same
+        drawn = None if req.ignore_eos else max(1, int(rng.expovariate(1.0 / mean)) + 1)
+        req.natural_length = self._natural_length(req, seed, drawn)
+        acc = self.profile.acceptance
+        kind = acc.factor(req.category, req.chat)
         factor = 1.0 + self.noise * _clipped_gauss(rng)
-        req.reach = [min(1.0, r * factor) for r in reach]
+        req.reach = [min(1.0, r * factor) for r in self._reach(req.temperature, kind)]
+        if req.ignore_eos and acc.past_end_factor != 1.0:
+            req.reach_past = [min(1.0, r * factor) for r in self._reach(req.temperature, kind * acc.past_end_factor)]
         req.carry = rng.random()
         req.rng = rng
         if self.serving and self.faults.error_fraction and rng.random() < self.faults.error_fraction:
-            req.abort_at = rng.randrange(max(req.max_new_tokens, 1))
+            # within what the request generates, so an injected error always strikes
+            last = req.max_new_tokens if req.ignore_eos else min(req.max_new_tokens, req.natural_length)
+            req.abort_at = rng.randrange(max(last, 1))
         self.waiting.append(req)
         self._wake.set()
         return req
@@ -418,7 +432,8 @@ class Scheduler:
     def _emit(self, req: Request, count: int, now: float) -> None:
         """Append ``count`` tokens (fewer at EOS, max_new_tokens or an injected error) and wake the client."""
         count = min(count, req.max_new_tokens - req.completion_tokens)
-        eos = req.natural_length is not None and req.completion_tokens + count >= req.natural_length
+        eos = (not req.ignore_eos and req.natural_length is not None
+               and req.completion_tokens + count >= req.natural_length)
         if eos:
             count = req.natural_length - req.completion_tokens
         abort = req.abort_at is not None and req.completion_tokens + count > req.abort_at
@@ -518,17 +533,30 @@ class Scheduler:
 
     # ---------------------------------------------------------------------------------------------- model
 
-    def _reach(self, temperature: float) -> list[float]:
-        key = round(max(temperature, 0.0), 3)
+    def _natural_length(self, req: Request, seed: int, drawn: int | None) -> int:
+        """Where the model would end the request's answer: about the length the request allows (a dataset's lengths
+        come from real answers), or, for a request that allows far more than answers run or fewer than
+        ``SHORTEST_ANSWER`` tokens (a warm-up's, a probe's), the profile's answer length. Drawn apart from the
+        request's other randomness (but ``drawn``, the profile's answer length a request that ends naturally drew from
+        it), so a request's draws are the same either way."""
+        ends = random.Random(seed ^ 0x5EED)
+        mean = self.profile.acceptance.mean_output_tokens
+        if SHORTEST_ANSWER <= req.max_new_tokens <= 4 * mean:
+            return max(1, round(req.max_new_tokens * ends.uniform(0.8, 1.2)))
+        return drawn if drawn is not None else max(1, int(ends.expovariate(1.0 / mean)) + 1)
+
+    def _reach(self, temperature: float, factor: float = 1.0) -> list[float]:
+        key = (round(max(temperature, 0.0), 3), round(factor, 6))
         if key not in self._reach_cache:
-            self._reach_cache[key] = model.reach_probabilities(self.profile, self._reach_spec, key)
+            self._reach_cache[key] = model.reach_probabilities(self.profile, self._reach_spec, *key)
         return self._reach_cache[key]
 
     def _accepted(self, req: Request, steps: int) -> int:
         """Draft tokens accepted this step with a chain of ``steps`` (a tree's reach has one entry per step):
         drawn from the depth-reach probabilities, or, with noise off, exactly the expected number spread over
         steps (so timing follows the model precisely)."""
-        reach = req.reach[:steps]
+        past = req.reach_past and req.natural_length is not None and req.completion_tokens >= req.natural_length
+        reach = (req.reach_past if past else req.reach)[:steps]
         if self.noise > 0:
             u = req.rng.random()
             return sum(1 for r in reach if u < r)

@@ -309,7 +309,8 @@ async def _generate(state: State, body: dict[str, Any], request: Request) -> Res
         return json_response(outs)
     try:
         req = make_request(state, prompt_ids_of(state, body), params, stream,
-                           log_metrics=body.get("log_metrics", True) is not False)
+                           log_metrics=body.get("log_metrics", True) is not False,
+                           instruction=body["text"] if isinstance(body.get("text"), str) else "")
     except BadRequest as e:
         state.launcher_log.error(f"[http_server] Error: {e}")
         return json_response({"error": {"message": str(e)}}, 400)

@@ -19,6 +19,7 @@ from autotune.sim.metrics import Metrics
 from autotune.sim.profile import Profile
 from autotune.sim.scheduler import Request as GenRequest
 from autotune.sim.scheduler import Scheduler
+from autotune.sim.traffic import category_of
 
 DEFAULT_MAX_NEW_TOKENS = 128
 # SGLang re-checks a waiting non-streaming request for a client disconnect at this interval.
@@ -74,8 +75,9 @@ class BadRequest(ValueError):
 
 
 def make_request(state: State, prompt_ids: list[int], params: dict[str, Any], stream: bool,
-                 log_metrics: bool = True) -> GenRequest:
-    """Validate lengths like SGLang's tokenizer manager and build a scheduler request."""
+                 log_metrics: bool = True, instruction: str = "", chat: bool = False) -> GenRequest:
+    """Validate lengths like SGLang's tokenizer manager and build a scheduler request; ``instruction`` (the last
+    user turn, or the raw prompt) tells what it asks for, ``chat`` whether a chat template wraps it."""
     ctx = state.context_len
     if len(prompt_ids) >= ctx:
         raise BadRequest(f"The input ({len(prompt_ids)} tokens) is longer than the model's context length "
@@ -101,6 +103,8 @@ def make_request(state: State, prompt_ids: list[int], params: dict[str, Any], st
         temperature=float(temperature if temperature is not None else 1.0),
         stream=stream,
         log_metrics=log_metrics,
+        category=category_of(instruction),
+        chat=chat,
     )
 
 

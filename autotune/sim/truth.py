@@ -66,6 +66,23 @@ class VirtualClock(Clock):
 
 
 @dataclass(frozen=True)
+class Ask:
+    """One request of a workload as the emulator sees it: its prompt's length in tokens (a chat template's included),
+    its size, what it asks for (sim/traffic.py's category), whether a chat template wraps it, and how it samples and
+    ends."""
+
+    prompt_tokens: int
+    max_tokens: int
+    category: str = "chat"
+    chat: bool = False
+    temperature: float = 0.0
+    ignore_eos: bool = True
+
+
+Workload = list[int] | list[Ask]
+
+
+@dataclass(frozen=True)
 class Truth:
     """Noise-free figures of one config for one workload (tok/s at the emulator's --sim-speedup).
 
@@ -98,11 +115,13 @@ def server(argv: list[str], seed: int = 0) -> tuple[Scheduler, VirtualClock, flo
     return scheduler, clock, options.speedup
 
 
-def figures(argv: list[str], prompt_lengths: list[int], max_tokens: int, levels: list[int],
+def figures(argv: list[str], prompt_lengths: Workload, max_tokens: int, levels: list[int],
             temperature: float = 0.0, seed: int = 0, runs: Length = FULL) -> Truth:
     """The figures of the emulator started with ``argv`` for a workload: prompts of ``prompt_lengths`` tokens (used
     in a shuffled order, as the client does), ``max_tokens`` per request, at concurrency 1 and each of ``levels``;
-    ``runs``: how long the virtual runs are."""
+    or the workload's own requests (``Ask``s: their sizes, kinds and sampling instead of ``max_tokens`` and
+    ``temperature``); ``runs``: how long the virtual runs are. With ``Ask``s the accept length is the one the single
+    stream saw (it varies by request)."""
     scheduler, _, speedup = server(argv)
     plan, spec = scheduler.plan, scheduler.config.spec
     length = model.accept_length(scheduler.profile, spec, temperature)
@@ -110,7 +129,7 @@ def figures(argv: list[str], prompt_lengths: list[int], max_tokens: int, levels:
         return Truth(0.0, {c: 0.0 for c in levels}, length, plan.max_running_requests, False, plan.error)
     alone = server(argv, seed)[:2]
     single = _single(alone, _Prompts(prompt_lengths, seed), max_tokens, temperature, runs.single_requests)
-    if scheduler.controller is not None:  # the steps it runs are the controller's: what the single stream saw
+    if scheduler.controller is not None or _asks(prompt_lengths):  # it varies: what the single stream saw
         length = alone[0].spec_accept_length_so_far or length
     level = {c: _closed_loop(server(argv, seed + c)[:2], _Prompts(prompt_lengths, seed + c), max_tokens, c,
                              runs.window_turns, temperature).tok_s for c in sorted(set(levels)) if c > 1}
@@ -120,23 +139,35 @@ def figures(argv: list[str], prompt_lengths: list[int], max_tokens: int, levels:
                  True)
 
 
-class _Prompts:
-    """Distinct prompts of the given lengths in a shuffled order (first tokens differ: no prefix is ever shared)."""
+def _asks(workload: Workload) -> bool:
+    return bool(workload) and isinstance(workload[0], Ask)
 
-    def __init__(self, lengths: list[int], seed: int) -> None:
+
+class _Prompts:
+    """Distinct prompts of the given lengths (or requests) in a shuffled order (first tokens differ: no prefix is
+    ever shared)."""
+
+    def __init__(self, lengths: Workload, seed: int) -> None:
         self._lengths = list(lengths)
         random.Random(seed).shuffle(self._lengths)
         self._n = 0
 
-    def next(self) -> list[int]:
-        n = self._lengths[self._n % len(self._lengths)]
+    def next(self) -> tuple[list[int], Ask | None]:
+        item = self._lengths[self._n % len(self._lengths)]
         self._n += 1
-        return [self._n, *([7] * max(0, n - 1))]
+        n = item.prompt_tokens if isinstance(item, Ask) else item
+        return [self._n, *([7] * max(0, n - 1))], item if isinstance(item, Ask) else None
 
 
-def _request(prompts: _Prompts, max_tokens: int, temperature: float) -> Request:
-    return Request(prompt_ids=prompts.next(), max_new_tokens=max_tokens, ignore_eos=True, temperature=temperature,
-                   stream=True, log_metrics=False)
+def _request(prompts: _Prompts, max_tokens: int, temperature: float, share: float = 1.0) -> Request:
+    """The next request; ``share``: the part of its size it asks for (a ramp request's)."""
+    ids, ask = prompts.next()
+    if ask is None:
+        size = max(1, round(max_tokens * share))
+        return Request(prompt_ids=ids, max_new_tokens=size, ignore_eos=True, temperature=temperature, stream=True,
+                       log_metrics=False)
+    return Request(prompt_ids=ids, max_new_tokens=max(1, round(ask.max_tokens * share)), ignore_eos=ask.ignore_eos,
+                   temperature=ask.temperature, stream=True, log_metrics=False, category=ask.category, chat=ask.chat)
 
 
 def _single(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tokens: int, temperature: float,
@@ -165,7 +196,7 @@ class Load:
     itl: list[float]
 
 
-def load(argv: list[str], prompt_lengths: list[int], max_tokens: int, concurrency: int, temperature: float = 0.0,
+def load(argv: list[str], prompt_lengths: Workload, max_tokens: int, concurrency: int, temperature: float = 0.0,
          seed: int = 0, runs: Length = FULL) -> Load:
     """The steady state of the emulator started with ``argv`` under a closed loop of ``concurrency`` requests (1: one
     request at a time, measured like any other load), its times in model seconds (divide by --sim-speedup for the
@@ -179,7 +210,7 @@ def _closed_loop(run: tuple[Scheduler, VirtualClock], prompts: _Prompts, max_tok
     scheduler, clock = run
     ramp = []
     for i in range(concurrency):
-        req = _request(prompts, max(1, round(max_tokens * (i + 1) / concurrency)), temperature)
+        req = _request(prompts, max_tokens, temperature, (i + 1) / concurrency)
         ramp.append(scheduler.submit(req))
     in_flight = list(ramp)
     sent = {id(r): 0.0 for r in ramp}

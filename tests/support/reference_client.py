@@ -1,4 +1,5 @@
-"""An independent reference load generator for SGLang's native streaming ``POST /generate`` endpoint.
+"""An independent reference load generator for SGLang's native streaming ``POST /generate`` endpoint, and a single
+stream of OpenAI chat requests (``POST /v1/chat/completions``, SGLang and llama-server alike).
 
 It shares no code with autotune (stdlib only, nothing imported from ``autotune``): raw ``asyncio`` sockets, a
 minimal HTTP/1.1 client (status line, headers, chunked or Content-Length bodies) and a minimal server-sent-events
@@ -238,3 +239,53 @@ async def _closed_loop(base_url: str, prompts: list[str], max_tokens: int, concu
             "completed_in_window": sum(1 for s in streams if s.finished is not None and begin < s.finished <= end),
             "requests_in_window": sum(1 for n in counts if n > 0), "requests_sent": len(streams),
             "stagger_s": stagger_s, "errors": len(errors), "first_error": errors[0] if errors else None}
+
+
+async def _chat(base_url: str, request: dict[str, object]) -> tuple[float, float, dict]:
+    """Send one non-streaming chat request; (sent, answered, the answer's JSON); raise unless it is a 200 JSON answer
+    with ``usage.completion_tokens``."""
+    url = urlsplit(base_url)
+    body = json.dumps({**request, "stream": False}).encode()
+    head = [f"POST {url.path.rstrip('/')}/v1/chat/completions HTTP/1.1", f"Host: {url.netloc}",
+            "Content-Type: application/json", f"Content-Length: {len(body)}", "Connection: close"]
+    reader, writer = await asyncio.open_connection(url.hostname, url.port or 80)
+    try:
+        sent = time.perf_counter()
+        writer.write(("\r\n".join(head) + "\r\n\r\n").encode() + body)
+        await writer.drain()
+        parts = (await reader.readline()).split(None, 2)
+        response_headers = {}
+        while (line := await reader.readline()).strip():
+            name, _, value = line.decode("latin-1").partition(":")
+            response_headers[name.strip().lower()] = value.strip()
+        text = b"".join([chunk async for chunk in _body(reader, response_headers)])
+        answered = time.perf_counter()
+        if len(parts) < 2 or parts[1] != b"200":
+            raise StreamError(f"HTTP {parts[1:2]!r}: {text[:300]!r}")
+        answer = json.loads(text)
+        if not isinstance(answer.get("usage", {}).get("completion_tokens"), int):
+            raise StreamError(f"an answer without usage.completion_tokens: {text[:300]!r}")
+        return sent, answered, answer
+    finally:
+        writer.close()
+
+
+def chat_single_stream(base_url: str, requests: list[dict[str, object]]) -> dict[str, float]:
+    """Send every chat request (OpenAI's JSON: ``messages``, ``max_tokens``, sampling) once, one after another, and
+    return ``output_tok_s``: the completion tokens over the requests' time on this client's clock, and, where the
+    server reports them (llama-server's ``timings``), ``accepted_per_token``: drafted tokens accepted per token."""
+    if not requests:
+        raise ValueError("no requests given")
+
+    async def run() -> list[tuple[float, float, dict]]:
+        return [await asyncio.wait_for(_chat(base_url, r), REQUEST_TIMEOUT_S) for r in requests]
+
+    try:
+        answers = asyncio.run(run())
+    except REQUEST_ERRORS as e:
+        raise RuntimeError(f"chat request failed: {type(e).__name__}: {e}") from e
+    tokens = sum(a["usage"]["completion_tokens"] for _, _, a in answers)
+    accepted = [a.get("timings", {}).get("draft_n_accepted") for _, _, a in answers]
+    return {"output_tok_s": tokens / sum(done - sent for sent, done, _ in answers), "tokens": tokens,
+            "accepted_per_token": (sum(accepted) / tokens if tokens and all(isinstance(n, int) for n in accepted)
+                                   else math.nan)}

@@ -16,12 +16,13 @@ _found: dict[str, dict[str, Any]] = {}
 
 def _key(plan: Plan) -> str:
     """What the truth depends on: the engine (its command and args, --sim-speedup included), the space, and the
-    workload's prompts, max_tokens, levels and temperature, and a capacity study's SLO; not the study's name, file or
-    target."""
+    workload's requests, max_tokens, levels, sampling and ends, and a capacity study's SLO; not the study's name, file
+    or target."""
     spec, w = plan.spec, plan.spec.workload
     slo = spec.constraints.slo if spec.objective == "capacity" else None
     return json.dumps([spec.engine.kind, spec.engine.command, sorted(spec.engine.args.items()), repr(spec.space),
-                       plan.prompts, w.max_tokens, sorted(set(w.concurrency)), w.temperature, slo], default=str)
+                       plan.prompts, w.max_tokens, sorted(set(w.concurrency)), w.temperature, w.top_p,
+                       w.forced_length, slo], default=str)
 
 
 def surface(plan: Plan) -> dict[str, Any]:

@@ -5,16 +5,18 @@
                     the end of stdin (the caller went away), ends the level early.
 
 The level's ``concurrency`` slots are divided between ``processes`` worker processes (forked; 0 picks what the
-machine can spare), each with its own event loop; this process only coordinates them. Slot i's first request asks
-for (i+1)/c of ``max_tokens`` (the ramp), later ones for all of it; a slot sends its next request as soon as its
-current one ends, or, when the lead is worth it, that long before the current one is due to end (judged by its own
-token rate since a quarter of it arrived), so the request reaches the server as the previous one leaves it and the
-server holds ``concurrency`` requests whatever the way to it. Predictions err both ways, and one that errs early
-makes the server hold more than c (and read fast) while one that errs late costs no more than waiting for the end:
-the slots send ``margin`` later than that, steered so that on average each request enters the server as the one
-before it on its slot leaves. The lead is the time a request spends outside the server (the way there and back, both
-ends' HTTP handling): ``lead`` from the caller at first, then the median over the last requests of their time here
-less the server's own timing of them (the number at ``seconds_key`` in the last event).
+machine can spare), each with its own event loop; this process only coordinates them. Each request asks for its own
+size (the job's ``requests``: the workload's lengths); slot i's first asks for (i+1)/c of it (the ramp); a slot
+sends its next request as soon as its current one ends, or, when the lead is worth it, that long before the current
+one is due to end (judged by its own token rate since a quarter of it arrived), so the request reaches the server as
+the previous one leaves it and the server holds ``concurrency`` requests whatever the way to it. A request that ends
+before its size (a natural end) was not predictable: its end neither teaches the slot how late predictions run nor
+steers the margin. Predictions err both ways, and one that errs early makes the server hold more than c (and read
+fast) while one that errs late costs no more than waiting for the end: the slots send ``margin`` later than that,
+steered so that on average each request enters the server as the one before it on its slot leaves. The lead is the
+time a request spends outside the server (the way there and back, both ends' HTTP handling): ``lead`` from the
+caller at first, then the median over the last requests of their time here less the server's own timing of them (the
+number at ``seconds_key`` in the last event).
 
 One steady-state window for all processes: it opens when the last ramp request ends and closes when
 ``window_requests`` requests have finished inside it; the workers are then stopped and every request still in flight
@@ -24,7 +26,9 @@ caller's engine to read) and the window.
 
 The client is as cheap per event as the standard library allows: asyncio protocols on keep-alive connections, HTTP
 and server-sent events framed by hand, one clock reading per read from the socket, the cumulative token count read
-from each event by the position of its key (``tokens_key``), never a JSON parse on the hot path.
+from each event by the position of its key (``tokens_key``; "": each event carrying text is one token), never a JSON
+parse on the hot path. With ``finish_apart`` (an OpenAI stream, whose usage chunk follows the finishing one) the last
+event naming a finish reason is kept beside the last event.
 
 Runs with the target's python3 (>= 3.6, standard library only).
 """
@@ -59,6 +63,10 @@ LAG_PROBE_S = 0.02
 MAX_AUTO_PROCESSES = 16
 
 Wire = Dict[str, Any]
+#: an OpenAI stream's event naming a finish reason; one that names none; a chat event carrying text
+FINISH = b'"finish_reason":'
+NO_FINISH = b'"finish_reason":null'
+TEXT = b'"content":"'
 
 
 def _value_at(payload: bytes, key: bytes, chars: bytes) -> bytes:
@@ -95,18 +103,19 @@ def seconds_in(payload: bytes, key: bytes) -> Optional[float]:
 class Request:
     """One request's state and, once done, its record."""
 
-    __slots__ = ("body", "cancelled", "conn", "error", "events", "finished", "follows", "last", "last_t", "late_used",
-                 "lead", "predicted", "ramp", "ref_n", "ref_t", "release", "sent", "size", "slot", "stale_retry",
-                 "start", "status", "timer", "tokens", "trace")
+    __slots__ = ("body", "cancelled", "conn", "error", "events", "final", "finished", "follows", "label", "last",
+                 "last_t", "late_used", "lead", "predicted", "ramp", "ref_n", "ref_t", "release", "sent", "size",
+                 "slot", "stale_retry", "start", "status", "timer", "tokens", "trace")
 
-    def __init__(self, slot: int, size: int, ramp: bool, body: bytes) -> None:
-        self.slot, self.size, self.ramp, self.body = slot, size, ramp, body
+    def __init__(self, slot: int, size: int, ramp: bool, body: bytes, label: str = "") -> None:
+        self.slot, self.size, self.ramp, self.body, self.label = slot, size, ramp, body, label
         self.start = 0.0                # seconds since t0 at which it was sent
         self.sent = 0.0                 # monotonic time it was sent
         self.status = 0
         self.error = None               # type: Optional[str]
         self.trace = []                 # type: List[Tuple[float, int]]
         self.last = None                # type: Optional[bytes]
+        self.final = None               # type: Optional[bytes]  # the last event naming a finish reason
         self.last_t = None              # type: Optional[float]
         self.events = 0
         self.finished = False           # the response ended (any status)
@@ -124,11 +133,18 @@ class Request:
         self.conn = None                # type: Optional[Connection]
 
     def wire(self) -> Wire:
-        return {"slot": self.slot, "size": self.size, "ramp": self.ramp, "start": round(self.start, 6),
+        return {"slot": self.slot, "size": self.size, "ramp": self.ramp, "label": self.label,
+                "start": round(self.start, 6),
                 "status": self.status, "error": self.error, "cancelled": self.cancelled,
                 "e2e": None if self.last_t is None else round(self.last_t, 6),
                 "trace": [[round(t, 6), n] for t, n in self.trace],
-                "last": None if self.last is None else self.last.decode("utf-8", "replace")}
+                "last": None if self.last is None else self.last.decode("utf-8", "replace"),
+                "final": None if self.final is None else self.final.decode("utf-8", "replace")}
+
+    @property
+    def full(self) -> bool:
+        """It ran to its size: its end was predictable from its rate."""
+        return self.tokens >= self.size
 
     def fire(self) -> None:
         """Let the slot send its next request (once)."""
@@ -286,7 +302,10 @@ class Connection(asyncio.Protocol):
                 elapsed = now - req.sent
                 req.events += 1
                 req.last, req.last_t = payload, elapsed
-                n = tokens_in(payload, client.tokens_key)
+                if client.finish_apart and FINISH in payload and NO_FINISH not in payload:
+                    req.final = payload
+                n = tokens_in(payload, client.tokens_key) if client.tokens_key else (
+                    req.tokens + 1 if TEXT in payload else None)
                 if n is not None and n > req.tokens:
                     if not req.ref_n and n * 4 >= req.size:
                         req.ref_t, req.ref_n = elapsed, n
@@ -324,7 +343,8 @@ class Client:
         self.loop = loop
         self.host, self.port = job["host"], int(job["port"])
         self.path = job["path"]
-        self.tokens_key = ('"' + job["tokens_key"] + '":').encode()
+        self.tokens_key = ('"' + job["tokens_key"] + '":').encode() if job["tokens_key"] else b""
+        self.finish_apart = bool(job.get("finish_apart"))
         self.seconds_key = ('"' + job["seconds_key"] + '":').encode() if job.get("seconds_key") else b""
         #: how long before a request's end its slot sends the next: the time a request spends outside the server
         #: (the way there and back, both ends' HTTP handling), learnt from each finished request's server timing
@@ -416,7 +436,7 @@ class Client:
         req.finished = True
         if error is not None and req.error is None and not req.cancelled:
             req.error = error
-        if req.error is None and req.predicted and req.last_t is not None and not req.cancelled:
+        if req.error is None and req.predicted and req.last_t is not None and not req.cancelled and req.full:
             self.missed(req.sent + req.last_t - (req.predicted - req.late_used))
         if req.error is None and self.seconds_key and req.last is not None and req.last_t is not None:
             server = seconds_in(req.last, self.seconds_key)
@@ -444,7 +464,8 @@ class Client:
         server holds more than c on average, and reads fast, whenever the predictions' errors are as long as the
         way to it. Until the first overlap is known, a slot sends when a request is predicted to end."""
         before, req.follows = req.follows, None
-        if before is None or before.error is not None or before.cancelled or before.last_t is None:
+        if (before is None or before.error is not None or before.cancelled or before.last_t is None
+                or not before.full):
             return
         entered = req.sent + (req.last_t or 0.0) - server
         both = before.sent + before.last_t - entered
@@ -488,23 +509,30 @@ class Client:
             conn.abort()
 
 
-def request_bodies(job: Wire, prompts: List[str], tag: str) -> Callable[[int], bytes]:
-    """A function giving the body of a request of ``size`` tokens, each with a prompt never sent before: the job's
-    prompts in order, then the same prompts tagged with ``tag`` and a count (a prefix cache never matches)."""
-    before, middle, after = (p.encode() for p in job["template"])
+def request_bodies(requests: List[List[Any]], tag: str) -> Callable[[], Tuple[int, Callable[[int], bytes], str]]:
+    """A function giving the next request: its size, a function giving its body for a size, and its label, each
+    request never sent before: the job's requests in order (``[before the tag, up to the size, after it, size,
+    label]``), then the same requests tagged with ``tag`` and a count in front of their first text (a prefix cache
+    never matches)."""
+    parts = [(a.encode(), b.encode(), c.encode(), int(size), label) for a, b, c, size, label in requests]
     state = {"n": 0}
 
-    def body(size: int) -> bytes:
+    def following() -> Tuple[int, Callable[[int], bytes], str]:
         n = state["n"]
         state["n"] = n + 1
-        prompt = prompts[n] if n < len(prompts) else "[{} {}] {}".format(tag, n, prompts[n % len(prompts)])
-        return before + json.dumps(prompt).encode() + middle + str(int(size)).encode() + after
+        before, middle, after, size, label = parts[n % len(parts)]
+        mark = b"" if n < len(parts) else "[{} {}] ".format(tag, n).encode()
 
-    return body
+        def body(size: int) -> bytes:
+            return before + mark + middle + str(int(size)).encode() + after
+
+        return size, body, label
+
+    return following
 
 
-def ramp_size(slot: int, concurrency: int, max_tokens: int) -> int:
-    return max(1, round(max_tokens * (slot + 1) / concurrency))
+def ramp_size(slot: int, concurrency: int, size: int) -> int:
+    return max(1, round(size * (slot + 1) / concurrency))
 
 
 # -- a worker process -------------------------------------------------------------------------------------------
@@ -516,8 +544,8 @@ def worker(job: Wire, index: int, slots: List[int], t0: float, out: int, control
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     c = int(job["concurrency"])
-    prompts = job["prompts"][index::max(1, int(job["processes"]))]
-    body = request_bodies(job, prompts, "{}/{}".format(job.get("tag", "loadgen"), index))
+    following = request_bodies(job["requests"][index::max(1, int(job["processes"]))],
+                               "{}/{}".format(job.get("tag", "loadgen"), index))
     done = []  # type: List[Request]
     stop = loop.create_future()
 
@@ -537,18 +565,20 @@ def worker(job: Wire, index: int, slots: List[int], t0: float, out: int, control
     client = Client(loop, job, t0, report)
 
     async def slot(i: int) -> None:
-        size = ramp_size(i, c, int(job["max_tokens"]))
         ramp = True
         before = None  # type: Optional[Request]
         while not stop.done():
-            req = Request(i, size, ramp, body(size))
+            size, body, label = following()
+            if ramp:
+                size = ramp_size(i, c, size)
+            req = Request(i, size, ramp, body(size), label)
             req.follows = before
             client.start(req, client.lead)
             before = req
             await req.release
             if req.error is not None and not req.events:
                 await asyncio.sleep(FAILED_PAUSE_S)  # a server that refuses at once is not hammered meanwhile
-            size, ramp = int(job["max_tokens"]), False
+            ramp = False
 
     def on_control() -> None:
         data = os.read(control, 4096)

@@ -57,12 +57,15 @@ def test_a_client_that_cannot_keep_up_stops_the_study_in_one_line(tmp_path: Path
 
 @pytest.mark.timeout(900)
 def test_two_workers_on_this_machine_measure_every_launch(tmp_path: Path) -> None:
-    """`--all-targets` over two emulator targets here (96-token requests at concurrency 4, about 800 tok/s each,
+    """`--all-targets` over two emulator targets here (96-token requests at concurrency 4, about 400 tok/s each,
     the default 3% tolerance): every launch of the budget ends measured (complete or pruned on its figures), none
-    client_bound, and the study has a best."""
+    client_bound, and the study has a best. At twice that rate, two servers and their clients on 2 cores beside one
+    or two busy cores (or another test) fell behind 1.6-1.9% of a window (1.5% allowed) in one run of three or four,
+    without the traffic work as with it: client_bound was then the right verdict, not this test's subject; at this
+    rate four runs of four passed beside three busy cores."""
     ports = [free_port(), free_port()]
     tables = "".join(f'[targets.w{i}]\nkind = "local"\nserver_port = {p}\n\n' for i, p in enumerate(ports))
-    study = write_study(tmp_path, "multi", trials=6, args={"sim-speedup": 2},
+    study = write_study(tmp_path, "multi", trials=6, args={"sim-speedup": 1},
                         workload="max_tokens = 96\nconcurrency = [1, 4]\nrequests = 8\nwarmup = 1")
     text = study.read_text()
     head, rest = text.split("[target]\n", 1)

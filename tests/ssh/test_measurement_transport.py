@@ -4,6 +4,7 @@ its reason; never a silent error beyond what the figure's own spread allows (a t
 through reads 10-60% low)."""
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -15,6 +16,7 @@ from autotune.engines import get_engine
 from autotune.errors import TrialFailure
 from autotune.health import wait_ready
 from autotune.plan import make_plan
+from autotune.sim.traffic import category_of
 from autotune.study import WorkloadSpec, load_study
 from autotune.targets.process import ProcessTarget
 from autotune.testing.studies import one_config_space, write_study
@@ -36,6 +38,17 @@ LIMITS = {1: 0.03, 32: 0.05}
 SPEEDUPS = (1, 32)
 
 
+def _one_kind_of_prompts(directory: Path) -> Path:
+    """The built-in raw prompts the emulator reads as chat. Its drafts are accepted by what a prompt asks (code and
+    rewrites far better than chat), so 32 requests of the mixed set are a sample whose mix decides the single stream's
+    figure (seed 0's 32 read 3.8% under the truth of all 240 for (8, 4, 11), on the live server and in the truth
+    alike); this test is about the transport, so every request it sends is of one kind."""
+    path = directory / "chat-prompts.jsonl"
+    path.write_text("".join(json.dumps({"prompt": p}) + "\n" for p in load_prompts("builtin", directory)
+                            if category_of(p) == "chat"))
+    return path
+
+
 def _figure(url: str, prompts: list[str], level: int, size: int) -> float | str:
     """The level's figure through ``url``, or the client_bound failure's text."""
     workload = WorkloadSpec(max_tokens=MAX_TOKENS, concurrency=(level,), requests=size, window_generations=size,
@@ -55,12 +68,15 @@ def _figure(url: str, prompts: list[str], level: int, size: int) -> float | str:
 def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], make_spec: SpecFactory,
                                                   cleanup, tmp_path: Path) -> None:
     steps, topk, draft = config
+    prompts_file = _one_kind_of_prompts(tmp_path)
+    prompts = load_prompts(prompts_file.name, tmp_path)
     rows = []
     for speedup in SPEEDUPS:
         study = write_study(tmp_path, f"k{speedup}", space=one_config_space(*config), args={
             "speculative-num-steps": steps, "speculative-eagle-topk": topk, "speculative-num-draft-tokens": draft,
             "sim-speedup": speedup, "sim-time-scale": 0.001},
-            workload=f"max_tokens = {MAX_TOKENS}\nconcurrency = [1, 32]\nrequests = 32\nwindow_generations = 1")
+            workload=f"max_tokens = {MAX_TOKENS}\nconcurrency = [1, 32]\nrequests = 32\nwindow_generations = 1\n"
+                     f"prompts = \"{prompts_file.name}\"")
         plan = make_plan(load_study(str(study)))
         truth = level_truth(plan)
         spec = make_spec(tunnel=True)
@@ -69,7 +85,6 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
                                   {**plan.baseline.args, "port": spec.server_port})
         deployment = target.deploy([*argv, "--sim-seed", "1"], {}, tmp_path / f"k{speedup}.log")
         wait_ready(deployment, ENGINE, 0.25, 60)
-        prompts = load_prompts("builtin", tmp_path)
         for level, size in RUNS:
             for transport, url in (("direct", f"http://127.0.0.1:{spec.server_port}"),
                                    ("tunnel", deployment.base_url)):

@@ -22,7 +22,7 @@ from autotune.report.summary import _categories
 from autotune.study import load_study
 from autotune.testing.ports import free_port
 from autotune.testing.studies import one_config_space, write_study
-from tests.support.cli import run_autotune
+from tests.support.cli import run_autotune, status
 from tests.support.truths import level_truth
 
 CHAT = [{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Rewrite: hi there"}],
@@ -187,6 +187,28 @@ def test_the_report_shows_acceptance_and_speed_by_category(tmp_path: Path) -> No
     # the profile's truth for this chain: chat 5.2, rewrite 7.6, extraction 7.4 tokens a verify step
     assert accept["rewrite"] > 1.3 * accept["chat"] and accept["extraction"] > 1.3 * accept["chat"], accept
 
+
+
+@pytest.mark.slow
+def test_every_trial_measures_its_single_stream_on_the_same_requests(tmp_path: Path) -> None:
+    """Requests of different lengths decode at different speeds: two configs are compared on the same requests, in
+    the same order (common random numbers), not each on its own draw from the dataset."""
+    data = _dataset(random.Random(3), 40)
+    (tmp_path / "chat.jsonl").write_text("".join(json.dumps(x) + "\n" for x in data))
+    study = write_study(tmp_path, "crn", trials=3, args={"sim-speedup": 8},
+                        workload='dataset = "chat.jsonl"\nconcurrency = [1, 4]\nrequests = 8\n'
+                                 'window_generations = 2\nwarmup = 1\ntolerance = 0.5\nmax_repeats = 1')
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=600)
+    assert r.returncode == 0, r.stderr[-2000:]
+    single = {}
+    for path in sorted((tmp_path / "crn-logs").glob("trial-*.records.json")):
+        records = json.loads(path.read_text())
+        single[path.name] = [x["max_tokens"] for x in records if x["concurrency"] == 1 and x["repeat"] == 0]
+    configs = {json.dumps(t["params"], sort_keys=True) for t in status(study)["trials"] if t["launched"]}
+    assert len(single) >= 2 and len(configs) >= 2, (single, configs)
+    first = next(iter(single.values()))
+    assert len(first) == 8 and len(set(first)) > 1, first
+    assert all(lengths == first for lengths in single.values()), single
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["sharegpt", "batch"])

@@ -74,10 +74,12 @@ class ServerLaunch(Launch):
         deployment = self.deployment
         assert deployment is not None
         ladder = capacity_ladder(spec)
+        # every trial draws the same requests in the same order (common random numbers): on a dataset whose
+        # requests decode at different speeds, two configs are compared on the same requests, not on two samples
         self._bench = bench = Bench(
             deployment.base_url, self.plan.engine, spec.workload, self.plan.prompts, headers=self._headers,
             check=lambda: check_alive(deployment, self.plan.engine), should_stop=self.should_stop,
-            seed=trial.number, max_error_rate=spec.constraints.max_error_rate, levels=spec.levels,
+            seed=spec.seed or 0, max_error_rate=spec.constraints.max_error_rate, levels=spec.levels,
             load=load_generator(self.target, deployment.base_url, spec.workload.client), ladder=ladder,
         )
 

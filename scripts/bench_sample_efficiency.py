@@ -180,7 +180,7 @@ SETUPS: dict[str, dict[str, Any]] = {
     "local-oom-in-model": {"startup_trials": 6, "_search": {**LOCAL, "oom_in_model": True, "shrink_after_oom": False}},
     "local-shrink": {"startup_trials": 6, "_search": {**LOCAL, "shrink_after_oom": True}},
     # the whole-space model (the default: the 3-step chain and a topk-2 tree, then expected improvement times the
-    # chance of fitting, over the physics prior once six trees are measured) against: a memory failure counted in
+    # chance of fitting, over the physics prior fitted to the opening) against: a memory failure counted in
     # the objective's model at the worst value seen; the same tree measured right below a memory failure; other
     # openings; no physics, or physics from 3 or 8 trees; other acquisitions, kernels and coordinates
     "oom-in-model": {"_search": {"oom_in_model": True}},
@@ -194,7 +194,7 @@ SETUPS: dict[str, dict[str, Any]] = {
     "physics-s6": {"startup_trials": 6, "_search": {"physics_from": 3, "starting_points": None}},
     "physics-s3": {"_search": {"physics_from": 3, "starting_points": 3, "model_from": 4}},
     "physics-s2-m3": {"_search": {"physics_from": 3, "starting_points": 2}},
-    "physics-m6": {"_search": {"starting_points": 2}},
+    "physics-m6": {"_search": {"starting_points": 2, "physics_from": 6}},
     "physics-m8": {"_search": {"starting_points": 2, "physics_from": 8}},
     "ucb": {"_search": {"acquisition": "ucb", "kappa": 2.0, "starting_points": 2, "physics": False}},
     "signal": {"_search": {"min_signal": 0.003, "starting_points": 2, "physics": False}},
@@ -216,6 +216,10 @@ SETUPS: dict[str, dict[str, Any]] = {
     # physics set aside after its first miss beyond its own interval (the default), after its second, never
     "physics-miss2": {"_search": {"physics_misses": 2}},
     "physics-keep": {"_search": {"physics_misses": 0}},
+    # physics from the opening's three trees (the default) against from six, four and five (six the default before)
+    "physics-from6": {"_search": {"physics_from": 6}},
+    "physics-from4": {"_search": {"physics_from": 4}},
+    "physics-from5": {"_search": {"physics_from": 5}},
 }
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"

@@ -4,9 +4,9 @@
   and the opening (two of the engine's starting points), each launch measures the unmeasured valid config with the
   best expected improvement of the log objective over the leader under a small Gaussian process over every config
   measured so far (local_model.py), times its chance of fitting in memory (feasibility.py): a config above a memory
-  failure is never proposed. Once six trees are measured, the process models what a per-study physics model
-  (physics.py: accept length and cost per token, fitted to the launches) does not explain. A memory failure marks
-  the boundary only; the objective's models learn from measurements.
+  failure is never proposed. From the opening on, the process models what a per-study physics model (physics.py:
+  accept length and cost per token, fitted to the launches) does not explain, until physics mispredicts beyond its
+  own interval. A memory failure marks the boundary only; the objective's models learn from measurements.
 * Neighbours of the leader (``scope = "local"``, the search before the whole-space model). Each launch measures an
   unmeasured neighbour (neighbours.py) of the config with the best pooled estimate or of its close rivals (configs
   whose 95% intervals overlap it: noise may have put the wrong one first), the one the local model rates most

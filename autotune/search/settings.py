@@ -52,8 +52,9 @@ class SearchSettings:
     geometry: str = "places"
     #: the global model's prior mean: what the study's launches say steps, topk and draft tokens do (physics.py)
     physics: bool = True
-    #: distinct trees launched before the physics prior is used (fitted to fewer, it misleads more than it helps)
-    physics_from: int = 6
+    #: distinct trees launched before the physics prior is used (3: from the opening on; a prior that mispredicts is
+    #: set aside, ``physics_misses``)
+    physics_from: int = 3
     #: the chance of fitting given to a config neither above a memory failure nor below a config that started
     fit_unknown: float = 0.5
     #: when each value of a categorical flag (topk) no launch has measured gets a launch at the model's best config

@@ -188,7 +188,6 @@ def test_the_report_shows_acceptance_and_speed_by_category(tmp_path: Path) -> No
     assert accept["rewrite"] > 1.3 * accept["chat"] and accept["extraction"] > 1.3 * accept["chat"], accept
 
 
-
 @pytest.mark.slow
 def test_every_trial_measures_its_single_stream_on_the_same_requests(tmp_path: Path) -> None:
     """Requests of different lengths decode at different speeds: two configs are compared on the same requests, in
@@ -209,6 +208,7 @@ def test_every_trial_measures_its_single_stream_on_the_same_requests(tmp_path: P
     first = next(iter(single.values()))
     assert len(first) == 8 and len(set(first)) > 1, first
     assert all(lengths == first for lengths in single.values()), single
+
 
 @pytest.mark.slow
 @pytest.mark.parametrize("layout", ["sharegpt", "batch"])

@@ -12,6 +12,7 @@ from typing import NoReturn
 import pytest
 
 from autotune.testing import postgres
+from autotune.testing import sglang_cpu as real_sglang
 from autotune.testing.sglang_oracle import OracleMissing, oracle_python
 from autotune.testing.sshd import find_sshd
 from tests.support.llama_cache import cached_model, cached_server_binary
@@ -69,3 +70,15 @@ def sglang_oracle() -> Path:
         return oracle_python()
     except OracleMissing:
         missing("the SGLang oracle venv (scripts/build-sglang-oracle.sh)")
+
+
+def sglang_cpu() -> None:
+    """SGLang 0.5.23 serving on this CPU, with its models (scripts/build-sglang-cpu.sh)."""
+    try:
+        real_sglang.python()
+        real_sglang.model(real_sglang.TARGET)
+        real_sglang.model(real_sglang.DRAFT)
+        return
+    except real_sglang.Missing:
+        pass
+    missing("SGLang serving on this CPU, or its models (scripts/build-sglang-cpu.sh)")

@@ -57,7 +57,8 @@ class Resolved:
     config: model.Config
     algorithm: str | None
     launch_command: str
-    # A failure SGLang only hits later: (phase, exception line); phase "graph" (capture) or "running" (decode).
+    # A failure SGLang only hits later: (phase, exception line); phase "graph" (capture), "running" (decode) or
+    # "verify" (the first verify of a speculative batch).
     deferred_error: tuple[str, str] | None = None
 
     @property
@@ -225,6 +226,18 @@ def _fraction(value: str) -> float:
     return number
 
 
+#: the fields of SGLang 0.5.23's ServerArgs that no flag sets, as /server_info lists them beside the flags' values
+#: (``--config`` is the other way round: a flag argparse consumes, no field)
+NON_FLAG_FIELDS: dict[str, Any] = {
+    "_radix_eviction_policy_explicitly_set": False, "_speculative_draft_quantization_explicitly_set": False,
+    "_swa_full_tokens_ratio_explicitly_set": False, "aux_hidden_state_capture": None, "custom_sigquit_handler": None,
+    "enable_cp_tp_group_sharing": False, "grpc_worker_threads": 4, "stat_loggers": None,
+    "uses_mamba_radix_cache": False, "watermark_context_window": 4, "watermark_default_enabled": False,
+    "watermark_enforce_all": False, "watermark_key": "<redacted>", "watermark_key_b": "<redacted>",
+    "watermark_max_probability": 1.0, "watermark_mixing_probability": 0.5,
+}
+
+
 def sim_options(ns: argparse.Namespace) -> SimOptions:
     return SimOptions(
         profile=ns.sim_profile,
@@ -238,7 +251,8 @@ def sim_options(ns: argparse.Namespace) -> SimOptions:
 
 def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> Resolved:
     """Apply SGLang's argument rules; ``warn`` receives the warnings SGLang logs while resolving."""
-    fields = {entry["dest"]: getattr(ns, entry["dest"]) for entry in FLAGS}
+    fields = {entry["dest"]: getattr(ns, entry["dest"]) for entry in FLAGS if entry["dest"] != "config"}
+    fields.update(NON_FLAG_FIELDS, speculative_boundary_reduction=fields["boundary_reduction"])
     deferred: tuple[str, str] | None = None
     algorithm = fields["speculative_algorithm"]
     if fields["speculative_draft_model_path"] is not None and fields["speculative_draft_model_revision"] is None:
@@ -297,9 +311,12 @@ def resolve(ns: argparse.Namespace, argv: list[str], profile: Profile, warn) -> 
         fields["mem_fraction_static"] = model.default_mem_fraction_static(profile, config, chunked, graph_max_bs)
     config = dataclasses.replace(config, chunked_prefill_size=chunked,
                                  mem_fraction_static=fields["mem_fraction_static"])
+    graphs = {"tc_compiler": "eager", "max_context_size": None, "full_prefill_max_req": None,
+              "full_prefill_prefix_chunk_tokens": None, "max_seq_len": None}
     fields["cuda_graph_config"] = {
-        "decode": {"backend": "disabled" if config.disable_cuda_graph else "full", "max_bs": graph_max_bs},
-        "prefill": {"backend": "disabled", "max_bs": chunked},
+        "decode": {"backend": "disabled" if config.disable_cuda_graph else "full", "max_bs": graph_max_bs,
+                   "bs": model.capture_batch_sizes(config, graph_max_bs, graph_max_bs), **graphs},
+        "prefill": {"backend": "disabled", "max_bs": chunked, "bs": model.prefill_capture_sizes(chunked), **graphs},
     }
     return Resolved(fields=fields, config=config, algorithm=algorithm,
                     launch_command=" ".join(argv), deferred_error=deferred)
@@ -499,6 +516,10 @@ def _resolve_eagle(fields: dict[str, Any], profile: Profile, warn,
         if steps > 1 and not fields["disable_cuda_graph"]:
             return "graph", "RuntimeError: selected index k out of range"
         return "running", "RuntimeError: selected index k out of range"
+    if topk > 1 and draft < steps + 1:
+        return "verify", (f"RuntimeError: The expanded size of the tensor ({draft}) must match the existing size "
+                          f"({steps + 1}) at non-singleton dimension 1.  Target sizes: [1, {draft}].  Tensor sizes: "
+                          f"[{steps + 1}]")
     return None
 
 

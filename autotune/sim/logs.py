@@ -52,6 +52,17 @@ _FRAMES: dict[str, list[tuple[str, int, str, str]]] = {
         ("srt/speculative/eagle_worker_v2.py", 919, "draft_forward",
          "parent_list, top_scores_index, draft_tokens = organize_draft_results("),
     ],
+    # a tree (topk > 1) of fewer draft tokens than steps + 1, at its first verify (seen on the real 0.5.23 server)
+    "verify": [
+        ("srt/managers/scheduler.py", 6368, "run_scheduler_process", "scheduler.run_event_loop()"),
+        ("srt/managers/scheduler.py", 4829, "run_batch", "batch_result = self.model_worker.forward_batch_generation("),
+        ("srt/speculative/eagle_worker_v2.py", 1980, "verify", "return run_eagle_verify("),
+        ("srt/speculative/eagle_worker_common.py", 775, "run_eagle_verify", "predict = _finalize_accept_tree_path("),
+        ("srt/speculative/eagle_worker_common.py", 511, "_finalize_accept_tree_path",
+         "predict = _compact_accept_to_front("),
+        ("srt/speculative/eagle_worker_common.py", 543, "_compact_accept_to_front",
+         "out.view(bs, nd, *x.shape[1:])[:, :s1] = gathered.view(bs, s1, *x.shape[1:])"),
+    ],
 }
 
 
@@ -141,7 +152,11 @@ def die(launcher: logging.Logger, scheduler: logging.Logger, phase: str, excepti
     ``running`` selects the SIGQUIT handler in force: the launch-phase one or the tokenizer manager's."""
     scheduler.error(f"Scheduler hit an exception: {traceback_text(phase, exception, cause)}")
     if running:
+        # the tokenizer manager's handler, its crash diagnostics on (SGLANG_PYSPY_DUMP_BEFORE_CRASH's default); the
+        # real one then sleeps 5 s before looking for the scheduler, which nothing here waits for
         launcher.error("SIGQUIT received. signum=None, frame=None. It usually means one child failed.")
+        launcher.info("Sleeping 5 seconds before crash diagnostics to let GPU activity settle.")
+        launcher.error("No live scheduler processes found; skipping py-spy and CUDA coredump.")
     else:
         launcher.error("Received sigquit from a child process. It usually means the child failed.")
     kill_process_tree(launcher)

@@ -358,6 +358,14 @@ def capture_batch_sizes(cfg: Config, max_bs: int, pool: int) -> list[int]:
     return sorted({bs for bs in sizes if bs <= pool and bs > 0})
 
 
+def prefill_capture_sizes(max_tokens: int) -> list[int]:
+    """SGLang's prefill CUDA-graph token counts up to ``max_tokens`` (its cuda_graph_config lists them even when
+    prefill graphs are off)."""
+    sizes = [*range(4, 33, 4), *range(48, 257, 16), *range(288, 513, 32), *range(576, 1025, 64),
+             *range(1280, max(max_tokens, 1280) + 1, 256)]
+    return [n for n in sizes if n <= max_tokens]
+
+
 def memory_plan(profile: Profile, cfg: Config) -> MemoryPlan:
     """Size weights, state pools, KV cache, request slots and CUDA graphs for one GPU of ``cfg``."""
     mem, hw = profile.memory, profile.hardware

@@ -12,7 +12,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from autotune.sim import tokens
 from autotune.sim.scheduler import Request as GenRequest
-from autotune.sim.serving import BadRequest, State, json_response, make_request, updates, wait_finished
+from autotune.sim.serving import BadRequest, State, json_response, make_request, meta_info, updates, wait_finished
 
 # Tokens a chat template adds around each message and before the assistant's answer.
 TEMPLATE_TOKENS_PER_MESSAGE = 4
@@ -80,6 +80,18 @@ def sampling(body: dict[str, Any], default_max: int | None, prompt_len: int, sta
             "ignore_eos": body.get("ignore_eos", False)}
 
 
+def spec_tokens_details(state: State, req: GenRequest) -> dict[str, Any] | None:
+    """The request's speculative figures as SGLang's ``sglext.spec_tokens_details`` (None: it was not verified)."""
+    meta = meta_info(state, req, first=False)
+    if "spec_verify_ct" not in meta:
+        return None
+    return {"spec_accept_rate": meta["spec_accept_rate"], "spec_accept_length": meta["spec_accept_length"],
+            "spec_cap_length": 0.0, "spec_block_accept_length": 0.0,
+            "spec_num_correct_drafts": meta["spec_num_correct_drafts"],
+            "spec_num_proposed_drafts": meta["spec_num_proposed_drafts"], "spec_verify_ct": meta["spec_verify_ct"],
+            "spec_correct_drafts_histogram": meta["spec_correct_drafts_histogram"], "spec_cap_lens_histogram": []}
+
+
 def add_routes(app: FastAPI, state: State) -> None:
     """Register the OpenAI routes on ``app``."""
 
@@ -113,11 +125,12 @@ async def _serve(state: State, request: Request, chat: bool) -> Response:
         return json_response(error_body(str(e)), 400)
     state.scheduler.submit(req)
     name = body.get("model") or state.resolved.served_model_name
+    details = bool(body.get("return_spec_tokens_details"))
     if stream:
         options = body.get("stream_options") or {}
         return StreamingResponse(
             _stream(state, req, name, chat, bool(options.get("include_usage")),
-                    bool(options.get("continuous_usage_stats"))),
+                    bool(options.get("continuous_usage_stats")), details),
             media_type="text/event-stream",
         )
     try:
@@ -134,15 +147,20 @@ async def _serve(state: State, request: Request, chat: bool) -> Response:
     else:
         choice["text"] = req.text
     choice.update(logprobs=None, finish_reason=reason.get("type"), matched_stop=reason.get("matched"))
-    return json_response({
+    response = {
         "id": req.rid,
         "object": "chat.completion" if chat else "text_completion",
         "created": int(time.time()),
         "model": name,
         "choices": [choice],
         "usage": usage(req, drop_none=False),
-        "metadata": None,
-    })
+        "metadata": {"weight_version": "default",
+                     "weight_versions": [{"version": "default", "start": 0, "end": req.completion_tokens}]},
+    }
+    spec = spec_tokens_details(state, req) if details else None
+    if spec is not None:
+        response["sglext"] = {"spec_tokens_details": spec}
+    return json_response(response)
 
 
 def _chunk(req: GenRequest, name: str, chat: bool, created: int, choice: dict[str, Any] | None,
@@ -155,7 +173,7 @@ def _chunk(req: GenRequest, name: str, chat: bool, created: int, choice: dict[st
 
 
 async def _stream(state: State, req: GenRequest, name: str, chat: bool, include_usage: bool,
-                  continuous: bool) -> AsyncIterator[bytes]:
+                  continuous: bool, details: bool) -> AsyncIterator[bytes]:
     created = int(time.time())
     sent = 0
     first = True
@@ -188,6 +206,12 @@ async def _stream(state: State, req: GenRequest, name: str, chat: bool, include_
                 "matched_stop": reason.get("matched") if reason else None}, running_usage)
         first = False
     else:
+        spec = spec_tokens_details(state, req) if details else None
+        if spec is not None:  # SGLang's sglext event, at the response's level, before the usage chunk
+            body = {"id": req.rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                    "created": created, "model": name, "choices": [], "usage": None,
+                    "sglext": {"spec_tokens_details": spec}}
+            yield b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
         if include_usage:
             yield _chunk(req, name, chat, created, None, usage(req, drop_none=not chat))
     yield b"data: [DONE]\n\n"

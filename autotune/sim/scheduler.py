@@ -59,6 +59,10 @@ class Request:
     pieces: list[str] = dataclasses.field(default_factory=list)
     verify_ct: int = 0
     correct_drafts: int = 0
+    #: verify steps by how many drafts each accepted (SGLang's spec_correct_drafts_histogram)
+    correct_histogram: list[int] = dataclasses.field(default_factory=list)
+    #: when it arrived, as the epoch (SGLang's request_received_ts); ``arrival`` is the same moment, monotonic
+    received_ts: float = 0.0
     first_token_time: float = 0.0
     last_emit: float = 0.0
     finish_time: float = 0.0
@@ -96,6 +100,7 @@ class Iteration:
     end: float
     prefill: list[Request]
     crash: str | None = None
+    crash_phase: str = "running"
 
 
 class Clock:
@@ -212,7 +217,7 @@ class Scheduler:
 
     def submit(self, req: Request) -> Request:
         """Queue a request; its tokens arrive through ``req.event`` as iterations complete."""
-        req.arrival = time.monotonic()
+        req.arrival, req.received_ts = time.monotonic(), time.time()
         req.arrival_v = self.clock.now()
         seed = prompt_seed(req.prompt_ids) ^ self.seed if req.temperature <= 0 else self.rng.randrange(2**31)
         rng = random.Random(seed)
@@ -263,7 +268,7 @@ class Scheduler:
                 await self._wake.wait()
                 continue
             if iteration.crash is not None:
-                self.crash("running", iteration.crash)
+                self.crash(iteration.crash_phase, iteration.crash)
                 return
             await self._until(iteration.end)
             self.finish(iteration)
@@ -286,8 +291,8 @@ class Scheduler:
         batch = len(self.running)
         if self.faults.oom_under_load is not None and batch > self.faults.oom_under_load:
             return Iteration(start, [], crash=model.oom_message(0.4 + 0.05 * batch, self.profile, 0.3))
-        if self.deferred_error and self.deferred_error[0] == "running":
-            return Iteration(start, [], crash=self.deferred_error[1])
+        if self.deferred_error and self.deferred_error[0] in ("running", "verify"):
+            return Iteration(start, [], crash=self.deferred_error[1], crash_phase=self.deferred_error[0])
         return Iteration(start + self._decode_duration(batch) / 1000.0, [])
 
     def finish(self, iteration: Iteration) -> None:
@@ -412,6 +417,8 @@ class Scheduler:
                 verified.append(accepted)
                 req.verify_ct += 1
                 req.correct_drafts += accepted
+                req.correct_histogram += [0] * (accepted + 1 - len(req.correct_histogram))
+                req.correct_histogram[accepted] += 1
                 self.spec_accept_tokens += 1 + accepted
                 self.spec_correct_drafts += accepted
                 self.spec_proposed_drafts += spec.draft - 1

@@ -15,7 +15,7 @@ from fastapi.responses import Response, StreamingResponse
 
 from autotune.sim import openai_api, tokens
 from autotune.sim.scheduler import Request as GenRequest
-from autotune.sim.serving import BadRequest, State, json_response, make_request, sse, updates, wait_finished
+from autotune.sim.serving import BadRequest, State, json_response, make_request, meta_info, sse, updates, wait_finished
 
 VERSION = "0.5.23"
 # Endpoints SGLang marks ADMIN_OPTIONAL: --admin-api-key guards them when set, else --api-key.
@@ -47,16 +47,24 @@ class ApiKeyMiddleware:
 
 
 
+#: server args /server_info lists but not in its internal_states (the launching process's own)
+LAUNCHER_ONLY = ("custom_sigquit_handler",)
+
+
 def server_info(state: State) -> dict[str, Any]:
     """/server_info: resolved server args, launch command, scheduler info, internal_states, version."""
     sched, plan = state.scheduler, state.plan
-    internal = dict(state.fields)
+    # the scheduler's copy of the server args: the ones the launcher alone uses are not in it
+    internal = {k: v for k, v in state.fields.items() if k not in LAUNCHER_ONLY}
+    graphs = state.startup_time["graph_memory"]
     internal.update(
         world_size=state.fields["tp_size"] * state.fields["dp_size"],
         startup_time=state.startup_time["scheduler"],
         effective_max_running_requests_per_dp=plan.max_running_requests,
         last_gen_throughput=sched.last_gen_throughput,
         memory_usage=memory_usage(state),
+        decode_cuda_graph_bs=[] if state.resolved.config.disable_cuda_graph else list(plan.capture_bs),
+        decode_cuda_graph_memory_gb=round(sum(gb for phase, gb in graphs.items() if "prefill" not in phase), 3),
     )
     if sched.controller is not None:  # the live tier; the top level keeps the startup values
         internal.update(speculative_num_steps=sched.steps, speculative_num_draft_tokens=sched.steps + 1)
@@ -90,6 +98,13 @@ def loads(state: State) -> dict[str, Any]:
         "token_usage": round(used / total, 4) if total else 0.0, "gen_throughput": sched.last_gen_throughput,
         "cache_hit_rate": 0.0, "utilization": round(len(sched.running) / max(1, plan.max_running_requests), 4),
         "total_prefill_uncached_tokens": 0, "total_prefill_busy_us": 0, "decode_moments": None,
+        "memory": {"weight_gb": round(plan.weights_gb, 3), "kv_cache_gb": round(plan.kv_gb + plan.draft_kv_gb, 3),
+                   "graph_gb": round(plan.graph_gb, 3), "token_capacity": total},
+        "disaggregation": {"mode": state.fields["disaggregation_mode"], "prefill_bootstrap_queue_reqs": 0,
+                           "prefill_inflight_queue_reqs": 0, "decode_prealloc_queue_reqs": 0,
+                           "decode_transfer_queue_reqs": 0, "decode_retracted_queue_reqs": 0,
+                           "kv_transfer_speed_gb_s": 0.0, "kv_transfer_latency_ms": 0.0},
+        "queues": {"waiting": len(sched.waiting), "grammar": 0, "paused": 0, "retracted": 0, "prealloc_ready": 0},
     }
     return {
         "timestamp": datetime.datetime.now(datetime.timezone.utc).isoformat(), "version": VERSION,
@@ -129,35 +144,21 @@ def model_info(state: State) -> dict[str, Any]:
         "has_audio_understanding": False,
         "model_type": m.model_type,
         "architectures": [m.architecture],
+        "embedding": EMBEDDING_OFF,
     }
 
 
-def meta_info(state: State, req: GenRequest, first: bool) -> dict[str, Any]:
-    """SGLang's meta_info for one output of ``req`` (finished fields only once it finished)."""
-    meta: dict[str, Any] = {
-        "id": req.rid,
-        "finish_reason": req.finish_reason,
-        "prompt_tokens": req.prompt_tokens,
-        "weight_version": "default",
-        "num_retractions": 0,
-        "reasoning_tokens": 0,
-        "completion_tokens": req.completion_tokens,
-        "cached_tokens": req.cached_tokens,
-    }
-    if req.finished:
-        meta["e2e_latency"] = req.finish_time - req.arrival
-        spec = state.resolved.config.spec
-        if spec is not None and req.verify_ct > 0:
-            # the startup draft tokens, even when an adaptive server switched tiers (SGLang's tokenizer manager)
-            proposed = req.verify_ct * (spec.draft - 1)
-            meta["spec_accept_rate"] = req.correct_drafts / proposed if proposed else 0.0
-            meta["spec_accept_length"] = req.completion_tokens / req.verify_ct
-            meta["spec_num_correct_drafts"] = req.correct_drafts
-            meta["spec_num_proposed_drafts"] = proposed
-            meta["spec_verify_ct"] = req.verify_ct
-    if first or req.finished:
-        meta["response_sent_to_client_ts"] = time.time()
-    return meta
+#: /model_info's embedding section for a generation model (0.5.23): embeddings not served
+EMBEDDING_OFF: dict[str, Any] = {
+    "family": "none", "task": "none", "execution": "none", "attention": "none", "pooling": "model_defined",
+    "normalize": False, "postprocessor": "none", "tokenizer_special_tokens": "model_default",
+    "supports_dimensions": False, "supports_token_embeddings": False, "supports_multimodal": False,
+    "requires_embedding_flag": False, "auto_enable_embedding": False, "bcg_eligibility": "disabled",
+    "safe_disable_kv_cache": False, "safe_disable_radix_cache": False, "safe_disable_chunked_prefill": False,
+    "enabled": False, "matryoshka_dimensions": [],
+    "bcg": {"prefill_backend": "disabled", "enabled": False, "capture_token_budget": 4096, "capture_batch_sizes": []},
+    "cache": {"kv_cache_disabled": False, "radix_cache_disabled": False, "chunked_prefill_disabled": False},
+}
 
 
 def output(state: State, req: GenRequest, first: bool = False) -> dict[str, Any]:

@@ -7,6 +7,7 @@ import contextlib
 import dataclasses
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -144,3 +145,51 @@ async def updates(state: State, req: GenRequest) -> AsyncIterator[GenRequest]:
             state.scheduler.abort(req)
 
 
+def meta_info(state: State, req: GenRequest, first: bool) -> dict[str, Any]:
+    """SGLang's meta_info for one output of ``req``, its keys in SGLang's order (the timing and speculative ones once
+    it finished; the time it was sent on the first output and the last)."""
+    def epoch(moment: float) -> float:
+        return req.received_ts + (moment - req.arrival)
+
+    prefilled = epoch(req.first_token_time or req.arrival)
+    meta: dict[str, Any] = {
+        "id": req.rid,
+        "finish_reason": req.finish_reason,
+        "prompt_tokens": req.prompt_tokens,
+        "weight_version": "default",
+        "num_retractions": 0,
+        "storage_prefetch_wait": 0.0,
+        "storage_staging_wait": 0.0,
+        "forward_entry_time": req.received_ts,
+        "prefill_finished_time": prefilled,
+        "queue_time": 0.0,
+        "reasoning_tokens": 0,
+        "completion_tokens": req.completion_tokens,
+        "cached_tokens": req.cached_tokens,
+    }
+    if req.finished:
+        meta["weight_versions"] = [{"version": "default", "start": 0, "end": req.completion_tokens}]
+    meta["cached_tokens_details"] = {"device": req.cached_tokens, "host": 0} if req.cached_tokens else None
+    meta["dp_rank"] = None
+    if req.finished:
+        meta["e2e_latency"] = req.finish_time - req.arrival
+        spec = state.resolved.config.spec
+        if spec is not None and req.verify_ct > 0:
+            # the startup draft tokens, even when an adaptive server switched tiers (SGLang's tokenizer manager)
+            proposed = req.verify_ct * (spec.draft - 1)
+            meta["spec_accept_rate"] = req.correct_drafts / proposed if proposed else 0.0
+            meta["spec_accept_length"] = req.completion_tokens / req.verify_ct
+            meta["spec_num_correct_drafts"] = req.correct_drafts
+            meta["spec_num_proposed_drafts"] = proposed
+            meta["spec_verify_ct"] = req.verify_ct
+            meta["spec_correct_drafts_histogram"] = list(req.correct_histogram)
+        decode_s = req.finish_time - (req.first_token_time or req.arrival)
+        meta.update(request_received_ts=req.received_ts,
+                    first_token_latency=(req.first_token_time or req.finish_time) - req.arrival,
+                    api_server_dispatch_finish_ts=req.received_ts)
+    if first or req.finished:
+        meta["response_sent_to_client_ts"] = prefilled if first else time.time()
+    if req.finished:
+        meta.update(request_finished_ts=epoch(req.finish_time),
+                    decode_throughput=(req.completion_tokens - 1) / decode_s if decode_s > 0 else 0.0)
+    return meta

@@ -158,25 +158,20 @@ def test_the_builtin_traffic_is_chat_requests_by_category_with_lengths_typical_o
     assert median["math"] > median["extraction"], median
 
 
-def _raw(requests: list) -> list[dict]:
-    """The requests as raw prompts, each with its category (SGLang's /generate reports each request's verify steps;
-    its chat endpoint does not)."""
-    return [{"prompt": r.messages[-1][1], "max_tokens": min(r.max_tokens, 120), "category": r.category}
-            for r in requests]
-
-
 @pytest.mark.slow
 def test_the_report_shows_acceptance_and_speed_by_category(tmp_path: Path) -> None:
-    """On the emulator, copy-heavy rewrites are accepted far above free chat, and the report says so per category,
-    with the lengths plot beside it."""
-    data = _raw(load_traffic("builtin", Path(".")))
-    (tmp_path / "raw.jsonl").write_text("".join(json.dumps(x) + "\n" for x in data))
+    """The built-in chat traffic, sent through the chat endpoint as a study sends it: every request's acceptance is
+    read from the speculative figures SGLang sends after its finishing event (asked for with
+    return_spec_tokens_details), and on the emulator copy-heavy rewrites are accepted far above free chat; the report
+    says so per category, with the lengths plot beside it."""
     study = write_study(tmp_path, "cat", trials=1, space=one_config_space(7, 1, 8),
                         args={"speculative-num-steps": 7, "speculative-num-draft-tokens": 8},
-                        workload='dataset = "raw.jsonl"\nconcurrency = [1, 4]\nrequests = 60\n'
+                        workload='dataset = "builtin"\nconcurrency = [1, 4]\nrequests = 60\nmax_tokens = 120\n'
                                  'window_generations = 12\nwarmup = 1\ntolerance = 0.5\nmax_repeats = 1')
     r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=600)
     assert r.returncode == 0, r.stderr[-2000:]
+    trial = status(study)["trials"][0]
+    assert trial["metrics"]["accept_length"] > 1.0, trial["metrics"]
     out = tmp_path / "report"
     assert run_autotune("report", "--study", str(study), "--out", str(out), cwd=tmp_path).returncode == 0
     summary = (out / "summary.md").read_text()
@@ -184,8 +179,9 @@ def test_the_report_shows_acceptance_and_speed_by_category(tmp_path: Path) -> No
     rows = [line.split("|") for line in summary.splitlines() if line.startswith("| trial ") and "| c1 |" in line]
     accept = {cells[3].strip(): float(cells[6]) for cells in rows}
     assert set(accept) == {"chat", "code", "rewrite", "math", "extraction"}, summary
-    # the profile's truth for this chain: chat 5.2, rewrite 7.6, extraction 7.4 tokens a verify step
-    assert accept["rewrite"] > 1.3 * accept["chat"] and accept["extraction"] > 1.3 * accept["chat"], accept
+    # chat-templated, every category is drafted 12% better than raw and the chain's 8 tokens a verify step cap the
+    # best: this chain accepts about 6.5 tokens a step on chat requests, 7.3-7.6 on rewrites and extractions
+    assert accept["rewrite"] > 1.05 * accept["chat"] and accept["extraction"] > 1.05 * accept["chat"], accept
 
 
 @pytest.mark.slow

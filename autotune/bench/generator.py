@@ -145,7 +145,7 @@ def to_record(engine: Engine, concurrency: int, w: dict[str, Any]) -> RequestRec
             rec.tokens = n
             rec.trace.append((t, n))
     rec.e2e = w["e2e"]
-    finals = [p for p in dict.fromkeys((w.get("final"), w["last"])) if p is not None]
+    finals = [p for p in dict.fromkeys((*w["closing"], w["last"])) if p is not None]
     if finals:
         update = _merged([_parse(engine, p) for p in finals])
         if update.tokens is not None and update.tokens > rec.tokens:

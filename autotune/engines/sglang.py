@@ -20,6 +20,7 @@ from autotune.engines.base import (
     ArgValue,
     Engine,
     GenerationRequest,
+    Message,
     Platform,
     Sampling,
     ServerInfo,
@@ -250,11 +251,21 @@ class SGLang(Engine):
         params["ignore_eos"] = sampling.ignore_eos
         return GenerationRequest("/generate", {"text": prompt, "sampling_params": params, "stream": True})
 
+    def chat_request(self, messages: Sequence[Message], max_tokens: int, sampling: Sampling) -> GenerationRequest:
+        """The OpenAI chat request, asking for the request's speculative figures: SGLang (0.5.23) sends them in an
+        ``sglext`` event of their own after the finishing one (``spec_tokens_details``), as it never does
+        unasked."""
+        request = super().chat_request(messages, max_tokens, sampling)
+        request.body["return_spec_tokens_details"] = True
+        return request
+
     def parse_event(self, payload: dict[str, Any]) -> StreamUpdate:
-        # SGLang's OpenAI chat stream (0.5.23) carries no speculative figures of the request: only /generate's
-        # meta_info gives spec_verify_ct
         if "choices" in payload or "usage" in payload:
-            return self.parse_chat_event(payload)
+            update = self.parse_chat_event(payload)
+            details = (payload.get("sglext") or {}).get("spec_tokens_details")
+            if isinstance(details, dict):
+                update.verify_steps, update.accept_length = _acceptance(details, update.tokens)
+            return update
         if "error" in payload:
             err = payload["error"]
             return StreamUpdate(finished=True, error=str(err.get("message", err) if isinstance(err, dict) else err))
@@ -269,11 +280,7 @@ class SGLang(Engine):
         update.server_seconds = float(latency) if isinstance(latency, (int, float)) else None
         if update.finish_reason == "abort":
             update.error = str(finish.get("message", "aborted")) if isinstance(finish, dict) else "aborted"
-        verify = _int_or_none(meta.get("spec_verify_ct"))
-        if verify:
-            update.verify_steps = verify
-            length = meta.get("spec_accept_length")
-            update.accept_length = float(length) if length is not None else (update.tokens or 0) / verify
+        update.verify_steps, update.accept_length = _acceptance(meta, update.tokens)
         return update
 
     def context_length(self, args: Mapping[str, ArgValue]) -> int | None:
@@ -512,6 +519,16 @@ def _positive_int(args: Args, name: str) -> int:
     if number < 1:
         raise InvalidConfig(f"{name} must be a whole number >= 1, got {args.get(name)!r}")
     return number
+
+
+def _acceptance(figures: dict[str, Any], tokens: int | None) -> tuple[int | None, float | None]:
+    """(verify steps, accepted tokens per step) of one request, from its ``meta_info`` or its chat stream's
+    ``spec_tokens_details``; (None, None) for a request that was not verified."""
+    verify = _int_or_none(figures.get("spec_verify_ct"))
+    if not verify:
+        return None, None
+    length = figures.get("spec_accept_length")
+    return verify, float(length) if isinstance(length, (int, float)) else (tokens or 0) / verify
 
 
 def _int_or_none(value: Any) -> int | None:

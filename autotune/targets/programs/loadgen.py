@@ -27,8 +27,8 @@ caller's engine to read) and the window.
 The client is as cheap per event as the standard library allows: asyncio protocols on keep-alive connections, HTTP
 and server-sent events framed by hand, one clock reading per read from the socket, the cumulative token count read
 from each event by the position of its key (``tokens_key``; "": each event carrying text is one token), never a JSON
-parse on the hot path. With ``finish_apart`` (an OpenAI stream, whose usage chunk follows the finishing one) the last
-event naming a finish reason is kept beside the last event.
+parse on the hot path. With ``finish_apart`` (an OpenAI stream, whose usage chunk, and SGLang's speculative figures,
+follow the finishing one) the last event naming a finish reason and the few after it are kept.
 
 Runs with the target's python3 (>= 3.6, standard library only).
 """
@@ -66,6 +66,8 @@ Wire = Dict[str, Any]
 #: an OpenAI stream's event naming a finish reason; one that names none; a chat event carrying text
 FINISH = b'"finish_reason":'
 NO_FINISH = b'"finish_reason":null'
+#: the most events kept from the one naming a finish reason on (an OpenAI stream's usage chunk, SGLang's sglext)
+CLOSING_EVENTS = 4
 TEXT = b'"content":"'
 
 
@@ -103,7 +105,7 @@ def seconds_in(payload: bytes, key: bytes) -> Optional[float]:
 class Request:
     """One request's state and, once done, its record."""
 
-    __slots__ = ("body", "cancelled", "conn", "error", "events", "final", "finished", "follows", "label", "last",
+    __slots__ = ("body", "cancelled", "closing", "conn", "error", "events", "finished", "follows", "label", "last",
                  "last_t", "late_used", "lead", "predicted", "ramp", "ref_n", "ref_t", "release", "sent", "size",
                  "slot", "stale_retry", "start", "status", "timer", "tokens", "trace")
 
@@ -115,7 +117,7 @@ class Request:
         self.error = None               # type: Optional[str]
         self.trace = []                 # type: List[Tuple[float, int]]
         self.last = None                # type: Optional[bytes]
-        self.final = None               # type: Optional[bytes]  # the last event naming a finish reason
+        self.closing = []               # type: List[bytes]  # the last event naming a finish reason, and after it
         self.last_t = None              # type: Optional[float]
         self.events = 0
         self.finished = False           # the response ended (any status)
@@ -139,7 +141,7 @@ class Request:
                 "e2e": None if self.last_t is None else round(self.last_t, 6),
                 "trace": [[round(t, 6), n] for t, n in self.trace],
                 "last": None if self.last is None else self.last.decode("utf-8", "replace"),
-                "final": None if self.final is None else self.final.decode("utf-8", "replace")}
+                "closing": [e.decode("utf-8", "replace") for e in self.closing]}
 
     @property
     def full(self) -> bool:
@@ -302,8 +304,11 @@ class Connection(asyncio.Protocol):
                 elapsed = now - req.sent
                 req.events += 1
                 req.last, req.last_t = payload, elapsed
-                if client.finish_apart and FINISH in payload and NO_FINISH not in payload:
-                    req.final = payload
+                if client.finish_apart:
+                    if FINISH in payload and NO_FINISH not in payload:
+                        req.closing = [payload]
+                    elif req.closing and len(req.closing) < CLOSING_EVENTS:
+                        req.closing.append(payload)
                 n = tokens_in(payload, client.tokens_key) if client.tokens_key else (
                     req.tokens + 1 if TEXT in payload else None)
                 if n is not None and n > req.tokens:

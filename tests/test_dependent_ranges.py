@@ -22,7 +22,8 @@ def test_sglang_says_which_draft_counts_a_tree_holds() -> None:
     assert engine.depends_on(DRAFT) == (STEPS, TOPK)
     assert engine.depends_on(STEPS) == () and engine.depends_on("mem-fraction-static") == ()
     tree = {"speculative-algorithm": "EAGLE", STEPS: 3, TOPK: 2}
-    assert engine.valid_range(DRAFT, tree) == ValidRange(high=2 + 2 * 4 + 1) == ValidRange(high=tree_capacity(3, 2))
+    assert engine.valid_range(DRAFT, tree) == ValidRange(low=3 + 1, high=2 + 2 * 4 + 1)
+    assert engine.valid_range(DRAFT, tree).high == tree_capacity(3, 2)
     assert engine.valid_range(DRAFT, {**tree, TOPK: 1}).irrelevant  # SGLang runs steps + 1 whatever is asked
     assert engine.valid_range(DRAFT, {**tree, "speculative-algorithm": "nextn"}).high == 11
     assert engine.valid_range(DRAFT, {**tree, "speculative-algorithm": "NGRAM"}) == ValidRange()
@@ -32,6 +33,9 @@ def test_sglang_says_which_draft_counts_a_tree_holds() -> None:
     engine.resolve({**tree, DRAFT: tree_capacity(3, 2)})
     with pytest.raises(InvalidConfig, match="selected index k out of range"):
         engine.resolve({**tree, DRAFT: tree_capacity(3, 2) + 1})
+    engine.resolve({**tree, DRAFT: 3 + 1})
+    with pytest.raises(InvalidConfig, match="too few draft tokens for the tree"):
+        engine.resolve({**tree, DRAFT: 3})
 
 
 def test_every_suggestion_is_a_config_sglang_runs(tmp_path: Path) -> None:
@@ -101,7 +105,7 @@ def test_a_fixed_tree_narrows_the_draft_range_itself(tmp_path: Path) -> None:
         values.add(space.suggest(trial)[DRAFT])
         assert set(trial.params) == {DRAFT}
         study.tell(trial, 0.0)
-    assert values == set(range(2, tree_capacity(2, 2) + 1))
+    assert values == set(range(2 + 1, tree_capacity(2, 2) + 1))
 
 
 def test_results_show_the_flag_values_not_the_fill() -> None:

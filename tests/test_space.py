@@ -59,8 +59,8 @@ def test_render_bare_flags() -> None:
 
 def test_space_check_counts_distinct_effective_configs(space: Space) -> None:
     # steps 1-4 x topk {1,2} x draft 2-8: topk 1 gives one config per step count (draft = steps + 1);
-    # topk 2 allows draft - 1 <= 2 + (steps - 1) * 4
-    expected = 4 + sum(1 for s in range(1, 5) for d in range(2, 9) if d - 1 <= 2 + (s - 1) * 4)
+    # topk 2 allows steps + 1 <= draft and draft - 1 <= 2 + (steps - 1) * 4
+    expected = 4 + sum(1 for s in range(1, 5) for d in range(2, 9) if s + 1 <= d and d - 1 <= 2 + (s - 1) * 4)
     assert space.check() == (expected, False)
 
 

@@ -19,9 +19,9 @@ from tests.support.study_texts import DRAFT, STEPS, TOPK, WIDE, space_of, write
 
 EAGLE = {"speculative-algorithm": "EAGLE"}
 #: what the full space's starting points are: the chain at the quartiles of steps 1-8, then wider trees at the median
-FULL_SPACE_POINTS = [(3, 1, 4), (5, 1, 6), (6, 1, 7), (5, 2, 11), (5, 4, 17), (5, 8, 17)]
+FULL_SPACE_POINTS = [(3, 1, 4), (5, 1, 6), (6, 1, 7), (5, 2, 13), (5, 4, 19), (5, 8, 19)]
 #: the ones a new study measures (SearchSettings.starting_points): the 3-step chain and the first tree
-OPENING = [(3, 1, 4), (5, 2, 11)]
+OPENING = [(3, 1, 4), (5, 2, 13)]
 
 
 def triples(points: list[dict]) -> list[tuple[int, int, int]]:
@@ -35,14 +35,15 @@ def test_sglang_starts_deeper_on_the_chain_then_wider() -> None:
     assert triples(points) == FULL_SPACE_POINTS
     for p in points:
         engine.resolve({**EAGLE, **p})  # each one a config SGLang runs as it is: never rejected, never rewritten
-        assert p[DRAFT] == p[STEPS] + 1 if p[TOPK] == 1 else p[DRAFT] <= tree_capacity(p[STEPS], p[TOPK])
+        low, high = (p[STEPS] + 1, p[STEPS] + 1) if p[TOPK] == 1 else (p[STEPS] + 1, tree_capacity(p[STEPS], p[TOPK]))
+        assert low <= p[DRAFT] <= high
 
 
 def test_without_a_chain_the_narrowest_tree_goes_deeper_first() -> None:
     engine = get_engine("sglang")
     values = {STEPS: [2, 3, 4], TOPK: [2, 4], DRAFT: list(range(2, 9))}
-    # topk 2 at steps 2, 3, 4 (drafts halfway into 2..min(8, tree)), then topk 4 at the median steps
-    assert triples(engine.starting_points(values, EAGLE)) == [(2, 2, 5), (3, 2, 5), (4, 2, 5), (3, 4, 5)]
+    # topk 2 at steps 2, 3, 4 (drafts halfway into steps + 1..min(8, tree)), then topk 4 at the median steps
+    assert triples(engine.starting_points(values, EAGLE)) == [(2, 2, 5), (3, 2, 6), (4, 2, 7), (3, 4, 6)]
     # only steps tuned: the study's own tree goes deeper
     fixed = {**EAGLE, TOPK: 4, DRAFT: 8}
     assert triples(engine.starting_points({STEPS: list(range(1, 9))}, fixed)) == [(3, 4, 8), (5, 4, 8), (6, 4, 8)]
@@ -62,7 +63,7 @@ def test_the_space_keeps_only_new_configs_it_holds(tmp_path: Path) -> None:
                         f'{STEPS} = 3\n{TOPK} = 1\n{DRAFT} = 4').replace("low = 2\nhigh = 32", "low = 2\nhigh = 8")
     space = space_of(tmp_path, text)
     points = space.starting_points()
-    assert triples(points) == [(5, 1, 6), (6, 1, 7), (5, 2, 5), (5, 4, 5), (5, 8, 5)]
+    assert triples(points) == [(5, 1, 6), (6, 1, 7), (5, 2, 7), (5, 4, 7), (5, 8, 7)]
     assert len({space.candidate(p).key for p in points}) == len(points)
     assert space.baseline().key not in {space.candidate(p).key for p in points}
 

@@ -68,6 +68,12 @@ NGRAM_BREADTH = "speculative-ngram-max-bfs-breadth"
 MAX_WIDER = 6
 
 
+#: the first verify of a tree (topk > 1) with fewer draft tokens than steps + 1 crashes SGLang 0.5.23's scheduler
+#: (speculative/eagle_worker_common.py, _compact_accept_to_front: the accepted path of steps + 1 tokens is copied to
+#: the front of the request's block of draft tokens); seen on the real server (tests/sglang_cpu/test_failures.py)
+VERIFY_CRASH = "_compact_accept_to_front: the expanded size of the tensor must match the existing size"
+
+
 def tree_capacity(steps: int, topk: int) -> int:
     """The most draft tokens an EAGLE tree of ``steps`` x ``topk`` holds (the root included); more is rejected with
     "selected index k out of range"."""
@@ -125,8 +131,9 @@ class SGLang(Engine):
         return TREE_ARGS[:2] if name == DRAFT_TOKENS else ()
 
     def valid_range(self, name: str, args: Mapping[str, ArgValue]) -> ValidRange:
-        """Draft tokens of an EAGLE tree: irrelevant with topk 1 (SGLang runs steps + 1), at most the tree's capacity
-        otherwise (``tree_capacity``). Every other flag, and a tree that is not fully known yet: no bound."""
+        """Draft tokens of an EAGLE tree: irrelevant with topk 1 (SGLang runs steps + 1), otherwise at least steps + 1
+        (``VERIFY_CRASH``) and at most the tree's capacity (``tree_capacity``). Every other flag, and a tree that is
+        not fully known yet: no bound."""
         algo = str(args.get("speculative-algorithm", "")).upper()
         if name != DRAFT_TOKENS or algo not in (*TREE_ALGORITHMS, "NEXTN"):
             return ValidRange()
@@ -136,7 +143,7 @@ class SGLang(Engine):
             return ValidRange()
         if topk == 1:
             return ValidRange(irrelevant=True)
-        return ValidRange(high=tree_capacity(steps, topk))
+        return ValidRange(low=steps + 1, high=tree_capacity(steps, topk))
 
     def memory_flags(self, args: Mapping[str, ArgValue]) -> tuple[str, ...]:
         """An EAGLE tree's memory grows with each of its numbers: the CUDA graphs' verify buffers with batch x draft
@@ -177,7 +184,7 @@ class SGLang(Engine):
         trees += [(middle, topk) for topk in _spread(widths[1:], MAX_WIDER)]
         points: list[Args] = []
         for s, topk in trees:
-            fits = [s + 1] if topk == 1 else _between(drafts, 2, tree_capacity(s, topk))
+            fits = [s + 1] if topk == 1 else _between(drafts, s + 1, tree_capacity(s, topk))
             if fits:
                 points.append(dict(zip(TREE_ARGS, (s, topk, fits[len(fits) // 2]), strict=True)))
         return points
@@ -424,6 +431,11 @@ def _eagle_tree(out: Args, algo: str, attention: _Attention, platform: Platform 
             raise InvalidConfig(
                 f"selected index k out of range: {draft} draft tokens exceed the tree of "
                 f"{steps} steps x topk {topk} (at most {tree_capacity(steps, topk)})"
+            )
+        if draft < steps + 1:
+            raise InvalidConfig(
+                f"too few draft tokens for the tree: {draft} draft tokens hold no path of all {steps} steps (at least "
+                f"{steps + 1}); SGLang starts and then crashes at the first verify ({VERIFY_CRASH})"
             )
     page = int(out.get(PAGE, 1))
     if topk > 1 and page > 1 and attention.backend is not None and attention.backend not in PAGED_TOPK_BACKENDS:

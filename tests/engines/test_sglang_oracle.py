@@ -57,6 +57,11 @@ LISTED = (
            "with topk > 1 and no --speculative-num-draft-tokens SGLang resolves draft tokens to None and fails at "
            "start (a TypeError in CUDA-graph capture); refusing it at once costs no launch",
            lambda message: "missing --speculative-num-draft-tokens" in message),
+    Listed("tree of fewer draft tokens than steps + 1",
+           "SGLang accepts topk > 1 with draft tokens < steps + 1, starts, and its scheduler dies at the first verify "
+           "(_compact_accept_to_front; tests/sglang_cpu/test_emulator_against_sglang.py sees it on the real server); "
+           "refusing it at once costs no launch",
+           lambda message: message.startswith("too few draft tokens for the tree")),
 )
 
 

@@ -14,7 +14,7 @@ from tests.support.cli import launches, run_autotune, status
 SPACE = """
 [space.speculative-num-steps]
 type = "categorical"
-choices = [1, 3]
+choices = [1, 2]
 [space.speculative-eagle-topk]
 type = "categorical"
 choices = [1, 2]

@@ -52,6 +52,7 @@ from typing import Any
 
 import httpx
 
+from autotune import bounded
 from autotune.bench.capacity import Ladder
 from autotune.bench.client import RequestRecord
 from autotune.bench.generator import Run, Shape, job, to_record, to_records
@@ -75,6 +76,8 @@ LAG_BOUND = 0.002
 #: prompts handed to a level's generator, in generations of the level's concurrency beyond its window (the ramp,
 #: the requests in flight when it closes, those sent ahead); past them it tags prompts it already sent
 SPARE_GENERATIONS = 3
+#: seconds the server has to flush its cache between levels
+FLUSH_SECONDS = 10.0
 #: the fewest batches a concurrency level's window is cut into for its interval: a window of fewer generations has
 #: batches shorter than a request, which share requests, and its interval errs wide (over stored one-generation
 #: windows, 4 batches gave a half-width of about 12% that held the truth 95-100% of the time), never narrow
@@ -419,10 +422,11 @@ class Bench:
             load = ladder.next(load, m.summary(load))
 
     async def _flush(self) -> None:
-        """Empty the prefix cache between levels where the engine can (prompts never repeat anyway)."""
-        with (httpx.Client(base_url=self.base_url, headers=self.headers, timeout=10.0) as sync,
-              contextlib.suppress(httpx.HTTPError)):
-            self.engine.flush_cache(sync)
+        """Empty the prefix cache between levels where the engine can (prompts never repeat anyway), within
+        FLUSH_SECONDS."""
+        with (bounded.client(self.base_url, self.headers, timeout=FLUSH_SECONDS) as sync,
+              contextlib.suppress(httpx.HTTPError, bounded.Overran)):
+            await asyncio.to_thread(bounded.within, FLUSH_SECONDS, lambda: self.engine.flush_cache(sync))
 
     def _requests(self, n: int) -> list[list[Any]]:
         """The next ``n`` requests as the load generator sends them, each never sent before in this trial."""

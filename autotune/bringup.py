@@ -3,7 +3,9 @@ restore of the original and the deploy of the best config at the end of a study.
 
 Readiness (health.py) fails fast with a named reason; verification reads the running server's own account of its
 configuration (``Engine.server_info``) and refuses a server that does not run the requested tuned flags, so a stale
-server is never measured or left behind as "the best" (``wrong_args``).
+server is never measured or left behind as "the best" (``wrong_args``). That account is read within
+VERIFY_SECONDS and up to a size (bounded.py): a server that drips it (``unresponsive``) or sends it without end
+(``bad_response``) ends the trial, and a stop request ends the wait at once.
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ from pathlib import Path
 
 import httpx
 
+from autotune import bounded
 from autotune.redact import MASK
 from autotune.engines import ArgValue, Engine, ServerInfo
 from autotune.errors import TrialFailure
@@ -25,6 +28,10 @@ from autotune.study import HealthSpec
 from autotune.targets import Deployment, Target
 
 log = logging.getLogger("autotune")
+
+#: seconds the server has to give its account of its configuration (SGLang answers at once; llama.cpp may run one
+#: token first)
+VERIFY_SECONDS = 30.0
 
 
 @dataclass(frozen=True)
@@ -61,25 +68,36 @@ def bring_up(
     if expect is None:
         return Running(deployment, ready, None)
     on_stage("verifying", "")
-    return Running(deployment, ready, verify(deployment.base_url, engine, expect, headers))
+    return Running(deployment, ready, verify(deployment.base_url, engine, expect, headers, should_stop))
 
 
-def verify(base_url: str, engine: Engine, expect: Mapping[str, ArgValue], headers: Mapping[str, str]) -> ServerInfo:
+def verify(base_url: str, engine: Engine, expect: Mapping[str, ArgValue], headers: Mapping[str, str],
+           should_stop: Callable[[], bool] = lambda: False) -> ServerInfo:
     """What the server at ``base_url`` reports running; ``TrialFailure("wrong_args")`` if it is not ``expect``."""
-    info = server_info(base_url, engine, headers)
+    info = server_info(base_url, engine, headers, should_stop)
     wrong = engine.mismatches(expect, info)
     if wrong:
         raise TrialFailure("wrong_args", "; ".join(wrong))
     return info
 
 
-def server_info(base_url: str, engine: Engine, headers: Mapping[str, str]) -> ServerInfo:
-    """The running server's account of its configuration (``TrialFailure("wrong_args")`` if it gives none)."""
-    try:
-        with httpx.Client(base_url=base_url, headers=dict(headers), timeout=10.0) as client:
-            return engine.server_info(client)
-    except (httpx.HTTPError, ValueError) as e:
-        raise TrialFailure("wrong_args", f"cannot read the server's configuration: {e}") from None
+def server_info(base_url: str, engine: Engine, headers: Mapping[str, str],
+                should_stop: Callable[[], bool] = lambda: False) -> ServerInfo:
+    """The running server's account of its configuration, read within VERIFY_SECONDS and up to ``bounded.MAX_BODY``
+    bytes. Raises ``TrialFailure``: ``wrong_args`` if it gives none, ``bad_response`` past the cap, ``unresponsive``
+    past the deadline, ``interrupted`` when ``should_stop()`` says so meanwhile."""
+    what = "the server's account of its configuration"
+    with bounded.client(base_url, headers, timeout=VERIFY_SECONDS) as client:
+        try:
+            return bounded.within(VERIFY_SECONDS, lambda: engine.server_info(client), should_stop)
+        except bounded.TooLarge as e:
+            raise TrialFailure("bad_response", f"{what}: {e}") from None
+        except bounded.Overran:
+            raise TrialFailure("unresponsive", f"{what} not read within {VERIFY_SECONDS:g} s") from None
+        except bounded.Stopped:
+            raise TrialFailure("interrupted", f"stop requested while reading {what}") from None
+        except (httpx.HTTPError, ValueError) as e:
+            raise TrialFailure("wrong_args", f"cannot read the server's configuration: {e}") from None
 
 
 def deploy_trial(plan: Plan, target: Target, rec: TrialRecord, log_path: Path) -> Running:

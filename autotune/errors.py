@@ -46,6 +46,9 @@ REASONS: dict[str, bool] = {
     "crashed_under_load": True,  # died while measured
     "stalled": True,             # stopped streaming while measured
     "errors": True,              # answered requests with errors while measured
+    "bad_response": True,        # answered what no server may: framing it broke, a part past its cap, more tokens
+    #                              than asked, a latency or accept length no server can have
+    "unresponsive": True,        # did not finish an answer the tuner needs (its configuration) within its deadline
     "constraints": True,         # measured, but outside the study's [constraints]
     "oom_predicted": True,       # at least as large as a config that ran out of memory; never deployed
     "given_up": True,            # failed for the infrastructure after its retry; never deployed again

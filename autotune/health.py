@@ -2,7 +2,8 @@
 
 Three things are watched at once, every ``interval`` seconds: the engine's readiness endpoint, the server log (for
 the engine's fatal lines) and the process (for an early exit). There is no fixed sleep: a server that is ready in
-3 s is measured after 3 s, and one that prints "Not enough memory" fails the trial within a poll or two.
+3 s is measured after 3 s, and one that prints "Not enough memory" fails the trial within a poll or two. Each poll
+ends by its own deadline, however slowly the server drips its answer (bounded.py), so the wait ends by its timeout.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from dataclasses import dataclass
 
 import httpx
 
+from autotune import bounded
 from autotune.engines import Engine
 from autotune.errors import TrialFailure
 from autotune.targets import Deployment
@@ -46,8 +48,8 @@ def wait_ready(
     paths = list(engine.readiness_paths)
     fatal: list[tuple[str, str]] = []      # (reason, line) in the order seen
     first_fatal_at: float | None = None
-    with httpx.Client(base_url=deployment.base_url, headers=headers or {},
-                      timeout=httpx.Timeout(max(2.0, interval * 4), connect=1.0)) as client:
+    poll = max(2.0, interval * 4)  # the most one look at the readiness endpoint may take
+    with bounded.client(deployment.base_url, headers or {}, timeout=poll) as client:
         while True:
             now = time.monotonic()
             found = engine.fatal_lines(deployment.read_log().splitlines())
@@ -66,7 +68,7 @@ def wait_ready(
             if should_stop():
                 raise TrialFailure("interrupted", "stop requested while waiting for the server")
             if first_fatal_at is None:
-                code = _status(client, paths[0])
+                code = _status(client, paths[0], poll, should_stop)
                 if code == 404 and len(paths) > 1:
                     paths.pop(0)
                 elif code == 200:
@@ -80,11 +82,14 @@ def wait_ready(
             time.sleep(max(0.0, interval - (time.monotonic() - now)))
 
 
-def _status(client: httpx.Client, path: str) -> int | None:
+def _status(client: httpx.Client, path: str, seconds: float, should_stop: Callable[[], bool]) -> int | None:
+    """The readiness endpoint's status, or None when it gave none within ``seconds``."""
     try:
-        return client.get(path).status_code
-    except httpx.HTTPError:
+        return bounded.within(seconds, lambda: client.get(path).status_code, should_stop)
+    except (httpx.HTTPError, bounded.Overran):
         return None
+    except bounded.Stopped:
+        raise TrialFailure("interrupted", "stop requested while waiting for the server") from None
 
 
 def _most_specific(fatal: list[tuple[str, str]], engine: Engine) -> TrialFailure:

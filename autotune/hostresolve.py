@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+from collections.abc import Callable
 from typing import Any
 
 import optuna
@@ -38,7 +39,10 @@ TIMEOUT = 180.0
 class HostResolver:
     """Asks the engine on ``target`` (started by ``command`` with the target's environment ``env``)."""
 
-    def __init__(self, engine: Engine, target: Target, command: list[str], env: dict[str, str]) -> None:
+    def __init__(self, engine: Engine, target: Target, command: list[str], env: dict[str, str],
+                 should_stop: Callable[[], bool] = lambda: False) -> None:
+        """``should_stop``: a question is given up at once (``TrialFailure("interrupted")``) when it says so."""
+        self.should_stop = should_stop
         self.engine = engine
         self.target = target
         self.command = list(command)
@@ -116,16 +120,18 @@ class HostResolver:
 
     def _ask(self, op: str, args: Args) -> dict[str, Any]:
         """The program's answer (``{"answer": "unavailable", "reason": ...}`` when there is none); raises
-        ``TrialFailure`` (ssh_lost) when the target cannot be reached, like a launch would."""
+        ``TrialFailure`` (ssh_lost) when the target cannot be reached, like a launch would, and when a stop is
+        requested (interrupted); an answer past the output cap is none."""
         assert self.engine.host is not None
         question = self.engine.host.question(self.command, self.engine.render([], args))
         if isinstance(question, str):
             return {"answer": "unavailable", "reason": question}
         request = {**question.request, "op": op, "env": self.env}
         try:
-            done = self.target.run_engine_program(question.launcher, PROGRAM, json.dumps(request).encode(), TIMEOUT)
+            done = self.target.run_engine_program(question.launcher, PROGRAM, json.dumps(request).encode(), TIMEOUT,
+                                                  self.should_stop)
         except TrialFailure as e:
-            if e.reason == "ssh_lost":
+            if e.reason in ("ssh_lost", "interrupted"):
                 raise
             return {"answer": "unavailable", "reason": e.detail}
         lines = done.stdout.strip().splitlines()

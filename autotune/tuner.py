@@ -124,6 +124,10 @@ class Tuner:
         if self.options.warm_start:  # read before anything is written: an unknown study stops the run here
             self._warm = warm_configs(self.options.warm_start, self.plan, min(self.plan.startup, self.budget - 1))
         optuna.logging.set_verbosity(optuna.logging.ERROR)
+        # from here on a first signal asks for a stop at the next safe point, whatever the phase (the question to
+        # the host at start-up too, even with SIGINT ignored by whoever started the tuner); a second one forces it.
+        # The handlers stay until the target is left as promised: a first signal never cuts the end short
+        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             with target.lock(self.spec.name):
                 # the storage before the log file: a URL that cannot be opened stops the run having written nothing
@@ -132,7 +136,15 @@ class Tuner:
                 refuse_foreign(self.storage, self.spec.name, self.storage_url)
                 self._refuse_other_objective()
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
-                self._host = self._ask_host(target)
+                try:
+                    self._host = self._ask_host(target)
+                except TrialFailure as e:
+                    if e.reason != "interrupted":
+                        raise
+                    log.info("%s during the question to the host: stopped before any trial, the target left as it "
+                             "was", self._stop_reason)
+                    return RunSummary(launches=0, trials=0, budget=self.budget, stopped_by="signal", best=None,
+                                      signal=self._stop_reason)
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)
                 study = self._open_study()
                 self._progress.update(study)
@@ -147,6 +159,8 @@ class Tuner:
                 raise
             raise write_failure(failed, self.storage_url) from None
         finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
             self._progress.close()
             target.close()
 
@@ -166,7 +180,8 @@ class Tuner:
     def _ask_host(self, target: Target) -> HostResolver:
         """The engine on the target, asked about the baseline before anything runs: whether it can answer, and
         the GPU there, which the engine's rules take from here on (hostresolve.py)."""
-        host = HostResolver(self.plan.engine, target, self.spec.engine.command, self.plan.target.env)
+        host = HostResolver(self.plan.engine, target, self.spec.engine.command, self.plan.target.env,
+                            should_stop=self._should_stop)
         space = self.plan.space
         try:
             baseline = space.baseline()
@@ -224,10 +239,9 @@ class Tuner:
         host = self._host
         objective = Objective(self.plan, launch, should_stop=self._should_stop, on_phase=self._progress.on_phase,
                               host=lambda candidate: host.effective(candidate.args, candidate.key, study))
-        previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
         objective.on_start = admission.release
-        try:  # the handlers stay until the target is left as promised: a first signal never cuts the end short
+        try:
             try:
                 stopped_by = self._trials(study, objective, admission)
             except KeyboardInterrupt:
@@ -238,9 +252,6 @@ class Tuner:
         except KeyboardInterrupt:
             log.info("forced stop: the server is left as it is")
             raise
-        finally:
-            for sig, handler in previous.items():
-                signal.signal(sig, handler)
         trials = study.get_trials(deepcopy=False)
         launches, finished = len(results.launches(trials)), len(results.finished(trials))
         log.info("study %s stopped (%s): %d/%d launches in %d trials, best %s", self.spec.name, stopped_by, launches,

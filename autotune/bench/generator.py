@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from autotune.bench.client import RequestRecord
+from autotune.bench.plausible import doubt
 from autotune.bench.traffic import TrafficRequest
 from autotune.engines import Engine, GenerationRequest, Sampling, StreamUpdate
 from autotune.errors import TrialFailure
 from autotune.targets.measuring import Generator
+from autotune.targets.programs.loadgen import BAD
 
 #: stand-ins in a request body: where a tag goes (in front of its first text) and its size
 PROMPT_MARK = "\x00autotune-prompt\x00"
@@ -123,9 +125,10 @@ class Run:
         self.process.kill()
 
 
-def to_records(engine: Engine, concurrency: int, wire: list[dict[str, Any]]) -> list[RequestRecord]:
+def to_records(engine: Engine, concurrency: int, wire: list[dict[str, Any]],
+               most_accepted: int | None = None) -> list[RequestRecord]:
     """The program's requests as records, read by the engine, each with the time its slot stood empty before it."""
-    records = [to_record(engine, concurrency, w) for w in wire]
+    records = [to_record(engine, concurrency, w, most_accepted) for w in wire]
     last_end: dict[int, float] = {}
     for w, rec in sorted(zip(wire, records, strict=True), key=lambda p: p[1].start):
         end = last_end.get(w["slot"])
@@ -135,7 +138,9 @@ def to_records(engine: Engine, concurrency: int, wire: list[dict[str, Any]]) -> 
     return records
 
 
-def to_record(engine: Engine, concurrency: int, w: dict[str, Any]) -> RequestRecord:
+def to_record(engine: Engine, concurrency: int, w: dict[str, Any], most_accepted: int | None = None) -> RequestRecord:
+    """One request as the engine reads its last events; failed (``BAD``) when its figures cannot be a server's
+    (plausible.py; ``most_accepted``: the most tokens a verify step yields under the server's config)."""
     rec = RequestRecord(concurrency, w["start"], max_tokens=w["size"], ramp=w["ramp"], category=w.get("label") or None)
     rec.error, rec.cancelled = w["error"], w["cancelled"]
     for t, n in w["trace"]:
@@ -162,6 +167,9 @@ def to_record(engine: Engine, concurrency: int, w: dict[str, Any]) -> RequestRec
             rec.error = f"server: {update.error}"[:200]
     if rec.error is None and rec.finish_reason is None and not rec.cancelled:
         rec.error = f"stream ended without a finished event after {rec.tokens} tokens"
+    why = doubt(rec, most_accepted)
+    if why is not None and (rec.error is None or not rec.error.startswith(BAD)):
+        rec.error = BAD + why
     return rec
 
 
@@ -179,7 +187,11 @@ def _merged(updates: list[StreamUpdate]) -> StreamUpdate:
         for name, value in vars(u).items():
             if name == "tokens":
                 out.tokens = value if out.tokens is None or (value or 0) > out.tokens else out.tokens
-            elif value not in (None, False) and getattr(out, name) in (None, False):
+            elif _missing(getattr(out, name)) and not _missing(value):
                 setattr(out, name, value)
     return out
 
+
+def _missing(value: Any) -> bool:
+    """Not given (a figure of 0 is given: the checks judge it)."""
+    return value is None or value is False

@@ -52,6 +52,7 @@ from typing import Any
 
 import httpx
 
+from autotune import bounded
 from autotune.bench.capacity import Ladder
 from autotune.bench.client import RequestRecord
 from autotune.bench.generator import Run, Shape, job, to_record, to_records
@@ -75,6 +76,13 @@ LAG_BOUND = 0.002
 #: prompts handed to a level's generator, in generations of the level's concurrency beyond its window (the ramp,
 #: the requests in flight when it closes, those sent ahead); past them it tags prompts it already sent
 SPARE_GENERATIONS = 3
+#: seconds the server has to flush its cache between levels
+FLUSH_SECONDS = 10.0
+#: seconds a load generator told to stop at its level's deadline has to send what it has
+LEVEL_GRACE = 10.0
+#: a concurrency level ends within this many of its longest request's deadlines, and its window's generations: the
+#: ramp's, the window's own and the one cut off at its end (a load generator that hangs is not waited for)
+LEVEL_DEADLINES = 2
 #: the fewest batches a concurrency level's window is cut into for its interval: a window of fewer generations has
 #: batches shorter than a request, which share requests, and its interval errs wide (over stored one-generation
 #: windows, 4 batches gave a half-width of about 12% that held the truth 95-100% of the time), never narrow
@@ -313,6 +321,7 @@ class Bench:
         load: Generator | None = None,
         processes: int | None = None,
         ladder: Ladder | None = None,
+        most_accepted: int | None = None,
     ) -> None:
         """``check`` raises ``TrialFailure`` if the server died (it is polled while requests run); a level whose
         share of failed requests exceeds ``max_error_rate`` fails the measurement. ``levels``: the concurrency levels
@@ -320,7 +329,9 @@ class Bench:
         generator runs (default: on this machine, sending to ``base_url``); ``processes`` its worker processes
         (default: the workload's; 0: what the machine can spare). ``ladder``: measure a capacity instead, climbing
         and narrowing the load as it says (capacity.py); later repeats measure the capacity load alone. ``prompts``:
-        the workload's requests (a string is a raw prompt of the workload's max_tokens)."""
+        the workload's requests (a string is a raw prompt of the workload's max_tokens). ``most_accepted``: the most
+        tokens one verify step yields under the server's config (``Engine.most_accepted``; None: unknown); a request
+        whose figures no server can produce fails the level (plausible.py)."""
         self.base_url = base_url
         self.engine = engine
         self.workload = workload
@@ -335,6 +346,7 @@ class Bench:
         self.max_error_rate = max_error_rate
         self.levels = sorted(levels or {1, *workload.concurrency})
         self.ladder = ladder
+        self.most_accepted = most_accepted
         self.load = load or local(base_url)
         self.processes = workload.processes if processes is None else processes
         #: the most of the server's load the client may fall short by before figures are off by more than the
@@ -419,10 +431,11 @@ class Bench:
             load = ladder.next(load, m.summary(load))
 
     async def _flush(self) -> None:
-        """Empty the prefix cache between levels where the engine can (prompts never repeat anyway)."""
-        with (httpx.Client(base_url=self.base_url, headers=self.headers, timeout=10.0) as sync,
-              contextlib.suppress(httpx.HTTPError)):
-            self.engine.flush_cache(sync)
+        """Empty the prefix cache between levels where the engine can (prompts never repeat anyway), within
+        FLUSH_SECONDS."""
+        with (bounded.client(self.base_url, self.headers, timeout=FLUSH_SECONDS) as sync,
+              contextlib.suppress(httpx.HTTPError, bounded.Overran)):
+            await asyncio.to_thread(bounded.within, FLUSH_SECONDS, lambda: self.engine.flush_cache(sync))
 
     def _requests(self, n: int) -> list[list[Any]]:
         """The next ``n`` requests as the load generator sends them, each never sent before in this trial."""
@@ -460,7 +473,7 @@ class Bench:
                     if not req.finished:
                         client.close()
                         client.active.clear()
-                    level.records.append(to_record(self.engine, 1, req.wire()))
+                    level.records.append(to_record(self.engine, 1, req.wire(), self.most_accepted))
                 if not level.records[-1].ok:
                     break
         finally:
@@ -485,12 +498,25 @@ class Bench:
         (see the module's docstring), in the load generator program."""
         c = level.concurrency
         budget = (self.workload.window_generations + SPARE_GENERATIONS) * c
-        job = self._job(self.load, c, requests, self._requests(budget))
+        parts = self._requests(budget)
+        job = self._job(self.load, c, requests, parts)
+        w = self.workload
+        longest = w.request_timeout + loadgen.SECONDS_PER_TOKEN * max(int(p[3]) for p in parts)
+        limit = (w.window_generations + LEVEL_DEADLINES) * longest
+        deadline, overdue = time.monotonic() + limit, False
+        late = TrialFailure("stalled", f"concurrency {c} not done within {limit:.0f} s ({w.window_generations} + "
+                                       f"{LEVEL_DEADLINES} times its longest request's deadline)")
         run = await asyncio.to_thread(Run, self.load, job)
         result: dict[str, Any] | None = None
         try:
             stopping = False
             while result is None:
+                if time.monotonic() > deadline:
+                    if overdue:
+                        raise late  # told to stop, the load generator sent nothing
+                    run.stop()  # it sends what it has
+                    stopping = overdue = True
+                    deadline = time.monotonic() + LEVEL_GRACE
                 for message in run.take():
                     if "result" in message:
                         result = message["result"]
@@ -517,13 +543,16 @@ class Bench:
             raise TrialFailure("tuner_error", f"the load generator on {self.load.where} ended without a result"
                                               + (f": {detail[-1][:300]}" if detail else ""))
         self._take_result(level, run, result)
+        if overdue:
+            self._judge(level)  # failed requests say best why it was late
+            raise late
 
     def _take_result(self, level: LevelResult, run: Run, result: dict[str, Any] | None) -> None:
         if result is None:
             result = next((m["result"] for m in run.take() if "result" in m), None)
             if result is None:
                 return
-        level.records = to_records(self.engine, level.concurrency, result["records"])
+        level.records = to_records(self.engine, level.concurrency, result["records"], self.most_accepted)
         level.window = tuple(result["window"]) if result["window"] else None  # type: ignore[assignment]
         level.load = ClientLoad(loop_lag=result["lag"], cpu=result["cpu"], processes=result["processes"],
                                 where=self.load.where)
@@ -533,14 +562,20 @@ class Bench:
 
     def _failing(self, progress: dict[str, Any]) -> bool:
         failed = progress["failed"]
-        return bool(progress["stalled"]) or failed > self.max_error_rate * max(progress["finished"] + failed, 10)
+        return (bool(progress["stalled"] or progress["bad"])
+                or failed > self.max_error_rate * max(progress["finished"] + failed, 10))
 
     def _judge(self, result: LevelResult) -> None:
-        """Fail the measurement when requests failed: the server died, stalled or answered with errors."""
+        """Fail the measurement when requests failed: the server died, stalled or answered with errors; whatever
+        the error rate allowed, when it answered what no server may (``bad_response``)."""
         failed = result.failed
         if not failed:
             return
         self.check()  # a dead server explains the failures best
+        bad = [r for r in failed if r.error and r.error.startswith(loadgen.BAD)]
+        if bad:
+            raise TrialFailure("bad_response", f"{len(bad)} of {len(result.records)} requests at concurrency "
+                                               f"{result.concurrency}: {bad[0].error[len(loadgen.BAD):]}")
         if len(failed) / len(result.records) <= self.max_error_rate:
             return
         # a dying server's requests fail a moment before its process is seen to exit: give it that moment

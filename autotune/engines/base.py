@@ -364,6 +364,11 @@ class Engine(ABC):
         """Empty the server's prefix cache if the engine can; True if it did."""
         return False
 
+    def most_accepted(self, args: Mapping[str, ArgValue]) -> int | None:
+        """The most tokens one verify step of speculative decoding can yield under the server args ``args`` (None:
+        not known, or no speculative decoding); a request reported above it is refused (bench/plausible.py)."""
+        return None
+
     def capacity_from_log(self, text: str) -> dict[str, int]:
         """Capacity figures the server's log states (cross-check for ``server_info``); empty if none."""
         return {}

@@ -27,7 +27,7 @@ from autotune.engines.base import (
     StreamUpdate,
     ValidRange,
 )
-from autotune.engines.sglang_adaptive import SGLangAdaptive
+from autotune.engines.sglang_adaptive import ADAPTIVE, SGLangAdaptive
 from autotune.engines.sglang_host import SGLangHost
 from autotune.engines.secret_args import OffCommandLine, SecretFile, flags_with_values, without
 from autotune.errors import InvalidConfig
@@ -297,6 +297,13 @@ class SGLang(Engine):
     def flush_cache(self, client: httpx.Client) -> bool:
         return client.post("/flush_cache").status_code == 200
 
+    def most_accepted(self, args: Mapping[str, ArgValue]) -> int | None:
+        # every verify step checks the draft tokens (the root among them) and keeps at most all of them; an adaptive
+        # server's deeper tiers check more than its startup config says
+        if not args.get("speculative-algorithm") or args.get(ADAPTIVE):
+            return None
+        return _int_or_none(args.get(DRAFT_TOKENS))
+
     def capacity_from_log(self, text: str) -> dict[str, int]:
         found = _CAPACITY.findall(text)
         if not found:
@@ -548,5 +555,5 @@ def _int_or_none(value: Any) -> int | None:
         return None
     try:
         return int(value)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):  # an infinite count is no count
         return None

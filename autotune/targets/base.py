@@ -8,6 +8,7 @@ from __future__ import annotations
 import logging
 import shlex
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -114,11 +115,14 @@ class Target(ABC):
         """
         return None
 
-    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float) -> Completed:
+    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float,
+                           should_stop: Callable[[], bool] = lambda: False) -> Completed:
         """Run ``programs/<program>`` on the target with the python that runs the server command ``command`` (a
         python, or a Python program's #! interpreter: programs.FIND_ENGINE_PYTHON), where the server starts, with
-        ``stdin`` on its standard input. Raises ``TrialFailure`` when the target cannot be reached; a target that
-        cannot run programs answers status 127."""
+        ``stdin`` on its standard input, for at most ``timeout`` seconds (status 124 then), each of its outputs read
+        up to ``completed.MAX_OUTPUT`` bytes (status ``completed.TOO_LONG`` past it). Raises ``TrialFailure`` when
+        the target cannot be reached, ``TrialFailure("interrupted")`` as soon as ``should_stop()`` says so; a
+        target that cannot run programs answers status 127."""
         return Completed(127, "", f"autotune: a {self.spec.kind} target runs no programs")
 
     def place_file(self, name: str, data: bytes, local: Path) -> str:

@@ -4,6 +4,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+#: the status of a program stopped because it wrote more than it may (an answer no longer than a cap is read)
+TOO_LONG = 125
+#: the most bytes of each output a program run beside the server may write (an engine's answer is a line of JSON;
+#: its import warnings some kB)
+MAX_OUTPUT = 1 << 20
+
 
 @dataclass(frozen=True)
 class Completed:

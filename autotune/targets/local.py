@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,8 +28,9 @@ from autotune import redact
 from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description, state_dir
 from autotune.targets.base import Deployment, Target, TargetSpec
-from autotune.targets.completed import Completed
+from autotune.targets.completed import MAX_OUTPUT, Completed
 from autotune.targets.local_lock import HostLock
+from autotune.targets.local_program import run_program
 from autotune.targets.programs import engine_program_lines
 from autotune.targets.programs.ports import kill_group, port_holder
 
@@ -128,15 +130,11 @@ class LocalTarget(Target):
             where = f" (relative to {self.cwd})" if "/" in command[0] and self.cwd else " on PATH"
             raise UserError(f"server command not found{where}: {command[0]}")
 
-    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float) -> Completed:
-        script = engine_program_lines(command, program)
-        try:
-            done = subprocess.run(["sh", "-c", script], input=stdin, capture_output=True, cwd=self.cwd,
-                                  env={**os.environ, **self.spec.env}, timeout=timeout, check=False)
-        except subprocess.TimeoutExpired:
-            return Completed(124, "", f"autotune: no answer within {timeout:.0f} s")
-        return Completed(done.returncode, done.stdout.decode("utf-8", "replace"),
-                         done.stderr.decode("utf-8", "replace"))
+    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float,
+                           should_stop: Callable[[], bool] = lambda: False) -> Completed:
+        return run_program(["sh", "-c", engine_program_lines(command, program)], stdin, cwd=self.cwd,
+                           env={**os.environ, **self.spec.env}, timeout=timeout, limit=MAX_OUTPUT,
+                           should_stop=should_stop)
 
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> LocalDeployment:
         self.stop()

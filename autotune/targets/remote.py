@@ -12,6 +12,7 @@ from __future__ import annotations
 import base64
 import json
 import posixpath
+from collections.abc import Callable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
@@ -19,6 +20,7 @@ from typing import Any
 from autotune.errors import TrialFailure, UserError
 from autotune.lock import holder_description
 from autotune.targets.base import Target
+from autotune.targets.completed import MAX_OUTPUT
 from autotune.targets.forward import LocalForward
 from autotune.targets.programs import FIND_PYTHON, engine_program_lines, program_line
 from autotune.targets.programs.safedir import REFUSED
@@ -118,7 +120,8 @@ class RemoteTarget(Target):
             raise TrialFailure("deploy_failed", f"{what} on {self.spec.host} failed "
                                                 f"(python3 on the target?): {result.detail()}") from None
 
-    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float) -> Completed:
+    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float,
+                           should_stop: Callable[[], bool] = lambda: False) -> Completed:
         """In this target's directory (where its servers start); the study's environment for the server reaches
         the program inside ``stdin`` (engines/ puts it there), never on a command line."""
         q = sh_command
@@ -126,7 +129,8 @@ class RemoteTarget(Target):
             f"cd {q([self.directory])} 2>/dev/null || cd || exit 1",
             engine_program_lines(command, program),
         ])
-        return self.conn.run(script, timeout=timeout, what="asking the engine on the target", stdin=stdin)
+        return self.conn.run(script, timeout=timeout, what="asking the engine on the target", stdin=stdin,
+                             limit=MAX_OUTPUT, should_stop=should_stop)
 
     def lock(self, holder: str) -> AbstractContextManager[None]:
         return RemoteLock(self.conn, lambda: (self.workdir, self.subdir), self.lock_names, self.spec.identity,

@@ -46,8 +46,10 @@ def write_study(
     extra: str = "",
     port: int | None = None,
     seed: int | None = 7,
+    command: list[str] | None = None,
 ) -> Path:
-    """A study file in ``directory``; ``args`` adds to / overrides the fixed engine args."""
+    """A study file in ``directory``; ``args`` adds to / overrides the fixed engine args; ``command``: the server
+    command (the emulator's by default)."""
     fixed: dict[str, Any] = {
         "model-path": "/shared/models/Qwen3.5-122B-A10B",
         "tp-size": 4,
@@ -72,7 +74,7 @@ server_port = {port or free_port()}
 
 [engine]
 kind = "sglang"
-command = ["autotune-sim"]
+command = {json.dumps(command or ["autotune-sim"])}
 
 [engine.args]
 {arg_lines}

@@ -110,8 +110,12 @@ class Objective:
                 return self._infeasible(trial, "invalid_config", str(e), stage="validate")
             if self.host is not None:
                 self._phase(trial, "resolving")  # asking the engine on the target
-            decision = decide(self.plan, trial.study.get_trials(deepcopy=False), trial.number, params,
-                              baseline=baseline, confirmation=confirmation, schedule=schedule, host=self.host)
+            try:
+                decision = decide(self.plan, trial.study.get_trials(deepcopy=False), trial.number, params,
+                                  baseline=baseline, confirmation=confirmation, schedule=schedule, host=self.host)
+            except TrialFailure as failure:  # the target was lost, or a stop requested, while it was asked
+                write.candidate(trial, params)
+                return self._retry(trial, failure)
             if decision.candidate is None:
                 write.candidate(trial, params)
                 return self._infeasible(trial, "invalid_config", decision.detail, stage="validate")

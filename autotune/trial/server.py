@@ -81,6 +81,7 @@ class ServerLaunch(Launch):
             check=lambda: check_alive(deployment, self.plan.engine), should_stop=self.should_stop,
             seed=spec.seed or 0, max_error_rate=spec.constraints.max_error_rate, levels=spec.levels,
             load=load_generator(self.target, deployment.base_url, spec.workload.client), ladder=ladder,
+            most_accepted=self.plan.engine.most_accepted({**info.applied, **(self._args or {})}),
         )
 
         def precision(m: Measurement) -> float | None:

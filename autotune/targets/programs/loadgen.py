@@ -30,6 +30,12 @@ from each event by the position of its key (``tokens_key``; "": each event carry
 parse on the hot path. With ``finish_apart`` (an OpenAI stream, whose usage chunk, and SGLang's speculative figures,
 follow the finishing one) the last event naming a finish reason and the few after it are kept.
 
+Nothing a server sends can hold it: a request ends within ``request_timeout`` and SECONDS_PER_TOKEN for each token it
+asks for; a response's head, an event and a stream's events have caps, and an unfinished event is searched and
+copied once (linear in its bytes). A response no server may give (framing it broke, a part past its cap, tokens past
+those asked, bytes no request asked for) fails its request with ``BAD`` and its connection is dropped: no exception
+reaches the event loop.
+
 Runs with the target's python3 (>= 3.6, standard library only).
 """
 import asyncio
@@ -61,6 +67,24 @@ MAX_MARGIN_S = 1.0
 LAG_PROBE_S = 0.02
 #: the most processes the default picks
 MAX_AUTO_PROCESSES = 16
+#: a request ends within the job's ``request_timeout`` and this many seconds for each token it asks for, whatever
+#: the server sends meanwhile (a stream that trickles on without end)
+SECONDS_PER_TOKEN = 1.0
+#: the most bytes of a response's head (its status line and headers), and of its trailer
+MAX_HEAD = 64 << 10
+#: the most bytes of a chunk-size line
+MAX_CHUNK_LINE = 1024
+#: the most bytes of one server-sent event: this, and so many more for each token the request asks for (an SGLang
+#: event carries the whole text so far)
+MAX_EVENT = 1 << 20
+EVENT_BYTES_PER_TOKEN = 256
+#: data events a stream may hold beyond two for each token asked (a role chunk, a finish chunk, a usage chunk)
+EXTRA_EVENTS = 16
+#: the most bytes of an error answer's body kept (its first line is what is shown)
+MAX_ERROR_BODY = 4096
+#: how the error of a request begins whose response no server may give (the level fails as ``bad_response``)
+BAD = "bad response: "
+HEX = b"0123456789abcdefABCDEF"
 
 Wire = Dict[str, Any]
 #: an OpenAI stream's event naming a finish reason; one that names none; a chat event carrying text
@@ -90,7 +114,7 @@ def _value_at(payload: bytes, key: bytes, chars: bytes) -> bytes:
 def tokens_in(payload: bytes, key: bytes) -> Optional[int]:
     """The integer value of ``key`` (given as ``b'"name":'``) in a JSON event, or None."""
     digits = _value_at(payload, key, b"0123456789")
-    return int(digits) if digits else None
+    return int(digits[:19]) if digits else None  # more digits than 19 are a count past any request's size
 
 
 def seconds_in(payload: bytes, key: bytes) -> Optional[float]:
@@ -157,9 +181,14 @@ class Request:
             self.timer = None
 
 
+class Bad(Exception):
+    """A response no server may give (framing it broke, a part past its cap, more than was asked): the request
+    fails with ``BAD`` and the reason, and its connection is dropped."""
+
+
 class Connection(asyncio.Protocol):
     """One HTTP/1.1 keep-alive connection carrying one streamed request at a time; frames the response (chunked or
-    Content-Length) and its server-sent events by hand."""
+    Content-Length) and its server-sent events by hand, each part within its cap, in time linear in its bytes."""
 
     def __init__(self, client: "Client") -> None:
         self.client = client
@@ -175,7 +204,7 @@ class Connection(asyncio.Protocol):
         self.chunked = False
         self.remaining = -1             # Content-Length bytes left, or the current chunk's bytes left
         self.keep = True
-        self.sse = b""
+        self.sse = bytearray()          # the event not complete yet
         self.error_body = b""
         self.done_flag = False
 
@@ -208,60 +237,90 @@ class Connection(asyncio.Protocol):
         now = time.monotonic()
         req = self.req
         if req is None:
+            # bytes no request asked for (an answer to another request): a connection out of step is dropped,
+            # never handed the next request
+            self.abort()
             return
+        try:
+            self._received(req, data, now)
+        except Bad as e:
+            self.req = None
+            self.client.finish(req, BAD + str(e))
+            self.abort()
+
+    def _received(self, req: Request, data: bytes, now: float) -> None:
         buf = self.buf + data if self.buf else data
         if not self.head_done:
             end = buf.find(b"\r\n\r\n")
             if end < 0:
+                if len(buf) > MAX_HEAD:
+                    raise Bad("a response head longer than {} bytes".format(MAX_HEAD))
                 self.buf = buf
                 return
             if not self._head(buf[:end]):
                 return
             buf = buf[end + 4:]
-        body = b""
         if self.chunked:
-            parts = []
-            while True:
-                if self.remaining > 0:
-                    take = buf[:self.remaining]
-                    parts.append(take)
-                    self.remaining -= len(take)
-                    buf = buf[len(take):]
-                    if self.remaining > 0:
-                        break
-                    self.remaining = -2  # the CRLF after the chunk's data
-                if self.remaining == -2:
-                    if len(buf) < 2:
-                        break
-                    buf = buf[2:]
-                    self.remaining = -1
-                eol = buf.find(b"\r\n")
-                if eol < 0:
-                    break
-                size = int(buf[:eol].split(b";")[0] or b"0", 16)
-                buf = buf[eol + 2:]
-                if size == 0:  # the last chunk; what follows is the (empty) trailer
-                    self.done_flag = True
-                    buf = b""
-                    break
-                self.remaining = size
-            body = b"".join(parts)
-            self.buf = buf
+            body, buf = self._chunks(buf)
+        elif self.remaining >= 0:
+            body, buf = buf[:self.remaining], buf[self.remaining:]
+            self.remaining -= len(body)
+            self.done_flag = self.remaining <= 0
+            if buf:
+                raise Bad("{} bytes past its Content-Length".format(len(buf)))
         else:
-            self.buf = b""
-            if self.remaining >= 0:
-                body = buf[:self.remaining]
-                self.remaining -= len(body)
-                self.done_flag = self.remaining <= 0
-            else:
-                body = buf
+            body, buf = buf, b""
+        self.buf = buf
         if body:
             if req.status == 200:
                 self._events(req, body, now)
-            else:
-                self.error_body += body
-        if self.done_flag:
+            elif len(self.error_body) < MAX_ERROR_BODY:
+                self.error_body += body[:MAX_ERROR_BODY - len(self.error_body)]
+        if self.done_flag and self.req is req:
             self._complete()
+
+    def _chunks(self, buf: bytes) -> Tuple[bytes, bytes]:
+        """The chunked body's data in ``buf``, and what is left of ``buf`` (a part of a chunk's framing)."""
+        parts = []
+        while True:
+            if self.remaining > 0:
+                take = buf[:self.remaining]
+                parts.append(take)
+                self.remaining -= len(take)
+                buf = buf[len(take):]
+                if self.remaining > 0:
+                    break
+                self.remaining = -2  # the CRLF after the chunk's data
+            if self.remaining == -2:
+                if len(buf) < 2:
+                    break
+                if buf[:2] != b"\r\n":
+                    raise Bad("a chunk's data not followed by CRLF")
+                buf = buf[2:]
+                self.remaining = -1
+            if self.remaining == -3:  # the trailer after the last chunk: an empty line, or fields and one
+                if buf[:2] == b"\r\n":
+                    buf = buf[2:]
+                else:
+                    end = buf.find(b"\r\n\r\n")
+                    if end < 0:
+                        if len(buf) > MAX_HEAD:
+                            raise Bad("a trailer longer than {} bytes".format(MAX_HEAD))
+                        break
+                    buf = buf[end + 4:]
+                self.done_flag = True
+                break
+            eol = buf.find(b"\r\n")
+            if eol < 0:
+                if len(buf) > MAX_CHUNK_LINE:
+                    raise Bad("a chunk-size line longer than {} bytes".format(MAX_CHUNK_LINE))
+                break
+            size = buf[:eol].split(b";")[0].strip()
+            if not size or len(size) > 15 or size.strip(HEX):
+                raise Bad("a chunk size that is not hexadecimal: {!r}".format(buf[:eol][:40]))
+            buf = buf[eol + 2:]
+            self.remaining = int(size, 16) or -3
+        return b"".join(parts), buf
 
     def _head(self, head: bytes) -> bool:
         req = self.req
@@ -280,21 +339,40 @@ class Connection(asyncio.Protocol):
             if name == b"transfer-encoding" and b"chunked" in value:
                 self.chunked = True
             elif name == b"content-length":
+                if not value.isdigit() or len(value) > 18 or self.remaining not in (-1, int(value)):
+                    raise Bad("a Content-Length that is not one number: {!r}".format(value[:40]))
                 self.remaining = int(value)
             elif name == b"connection" and value == b"close":
                 self.keep = False
+        if self.chunked:
+            self.remaining = -1
         self.head_done = True
         if not self.chunked and self.remaining == 0:
             self.done_flag = True
         return True
 
     def _events(self, req: Request, body: bytes, now: float) -> None:
-        data = self.sse + body if self.sse else body
+        """Take the events ``body`` completes; the rest waits in ``sse``. Only the new bytes are searched for an
+        event's end, and only a completed event is copied: an event that never ends costs its bytes once, up to
+        its cap."""
+        pending = self.sse
+        scan = max(0, len(pending) - 2)  # an end ("\n\n", "\n\r\n") may begin in the bytes already held
+        pending += body
+        a, b = pending.rfind(b"\n\n", scan), pending.rfind(b"\n\r\n", scan)
+        end = max(a + 2 if a >= 0 else 0, b + 3 if b >= 0 else 0)
+        cap = MAX_EVENT + EVENT_BYTES_PER_TOKEN * req.size
+        if len(pending) - end > cap:
+            raise Bad("an event longer than {} bytes".format(cap))
+        if not end:
+            return
+        data = bytes(pending[:end])
+        del pending[:end]
         if b"\r" in data:
             data = data.replace(b"\r\n", b"\n")
-        *events, self.sse = data.split(b"\n\n")
         client = self.client
-        for event in events:
+        for event in data.split(b"\n\n"):
+            if len(event) > cap:
+                raise Bad("an event longer than {} bytes".format(cap))
             for line in event.split(b"\n"):
                 if not line.startswith(b"data:"):
                     continue
@@ -303,6 +381,9 @@ class Connection(asyncio.Protocol):
                     continue
                 elapsed = now - req.sent
                 req.events += 1
+                if req.events > 2 * req.size + EXTRA_EVENTS:
+                    raise Bad("more than {} events for {} tokens asked".format(2 * req.size + EXTRA_EVENTS,
+                                                                              req.size))
                 req.last, req.last_t = payload, elapsed
                 if client.finish_apart:
                     if FINISH in payload and NO_FINISH not in payload:
@@ -312,6 +393,8 @@ class Connection(asyncio.Protocol):
                 n = tokens_in(payload, client.tokens_key) if client.tokens_key else (
                     req.tokens + 1 if TEXT in payload else None)
                 if n is not None and n > req.tokens:
+                    if n > req.size:
+                        raise Bad("{} tokens, {} asked".format(n, req.size))
                     if not req.ref_n and n * 4 >= req.size:
                         req.ref_t, req.ref_n = elapsed, n
                     req.tokens = n
@@ -445,7 +528,7 @@ class Client:
             self.missed(req.sent + req.last_t - (req.predicted - req.late_used))
         if req.error is None and self.seconds_key and req.last is not None and req.last_t is not None:
             server = seconds_in(req.last, self.seconds_key)
-            if server is not None:
+            if server is not None and 0.0 < server <= req.last_t:  # a timing no server gives teaches nothing
                 self.learn(req, server)
                 self.overlap(req, server)
         self.active.discard(req)
@@ -486,17 +569,25 @@ class Client:
         self.lead = max(0.0, ordered[len(ordered) // 2])
 
     def watch(self) -> None:
-        """Fail requests that waited too long for their first event, or for the next one."""
+        """Fail requests that waited too long for their first event, or for the next one, or that did not end by
+        their deadline (``request_timeout`` and SECONDS_PER_TOKEN for each token asked)."""
         now = time.monotonic()
         for req in list(self.active):
             if req.events:
                 waited, limit = now - req.sent - (req.last_t or 0.0), self.stall_timeout
             else:
                 waited, limit = now - req.sent, self.first_timeout
+            deadline = self.first_timeout + SECONDS_PER_TOKEN * req.size
             if waited > limit:
                 self.finish(req, "stalled: no data for {:g} s after {} tokens".format(limit, req.tokens))
-                if req.conn is not None:
-                    req.conn.abort()
+            elif now - req.sent > deadline:
+                self.finish(req, "stalled: not done {:g} s after it was sent ({:g} s, and {:g} s for each of the {} "
+                                 "tokens asked), after {} tokens".format(deadline, self.first_timeout,
+                                                                         SECONDS_PER_TOKEN, req.size, req.tokens))
+            else:
+                continue
+            if req.conn is not None:
+                req.conn.abort()
 
     def close(self) -> None:
         """Cut off everything in flight (kept as cancelled: not a failure) and close every connection."""
@@ -702,7 +793,7 @@ def coordinate(job: Wire, stopped: bool = False) -> Wire:
 
     ramp_ends = []  # type: List[float]
     ends = []  # type: List[float]
-    failed, stalled, first_error = 0, 0, None
+    failed, stalled, bad, first_error = 0, 0, 0, None
     records = []  # type: List[Wire]
     loads = []  # type: List[Wire]
     pending = {fd: b"" for _, fd, _ in workers}
@@ -748,6 +839,7 @@ def coordinate(job: Wire, stopped: bool = False) -> Wire:
                     failed += 1
                     error = json.loads(rest.decode())
                     stalled += error.startswith("stalled")
+                    bad += error.startswith(BAD)
                     first_error = first_error or error
                 elif kind == b"records":
                     part = json.loads(rest.decode())
@@ -762,7 +854,7 @@ def coordinate(job: Wire, stopped: bool = False) -> Wire:
         if now - last_progress >= WATCH_S:
             last_progress = now
             emit({"progress": {"elapsed": round(now - t0, 3), "finished": len(ends), "failed": failed,
-                               "stalled": stalled, "first_error": first_error, "processes": n}})
+                               "stalled": stalled, "bad": bad, "first_error": first_error, "processes": n}})
     for pid, fd, ctl in workers:
         os.close(fd)
         os.close(ctl)

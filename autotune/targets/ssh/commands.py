@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import shlex
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import paramiko
 
-from autotune.targets.completed import Completed
+from autotune.errors import TrialFailure
+from autotune.targets.completed import TOO_LONG, Completed
 from autotune.targets.ssh.connection import Connection, OpenFailed, RemoteTimeout
 
 DEFAULT_TIMEOUT = 30.0      # default deadline of one remote command
@@ -27,16 +28,20 @@ class Commands(Connection):
     """Running shell commands on the target."""
 
     def run(self, script: str, *, timeout: float = DEFAULT_TIMEOUT, retry: bool = True, stdin: bytes | None = None,
-            what: str | None = None) -> Completed:
-        """Run the POSIX shell ``script`` (``sh -c``) and wait for it at most ``timeout`` seconds."""
+            what: str | None = None, limit: int | None = None,
+            should_stop: Callable[[], bool] = lambda: False) -> Completed:
+        """Run the POSIX shell ``script`` (``sh -c``) and wait for it at most ``timeout`` seconds; with ``limit``,
+        each of its outputs is read up to that many bytes (its channel closed past it: status ``TOO_LONG``). Raises
+        ``TrialFailure("interrupted")`` as soon as ``should_stop()`` says so."""
         command = "sh -c " + shlex.quote(script)
         label = what or f"remote command {script.split(None, 1)[0] if script.strip() else ''!r}"
-        return self.call(lambda t: self._exec(t, command, timeout, stdin), label, retry=retry)
+        return self.call(lambda t: self._exec(t, command, timeout, stdin, limit, should_stop), label, retry=retry)
 
     def run_argv(self, argv: Sequence[str], **kwargs: Any) -> Completed:
         return self.run(sh_command(argv), **kwargs)
 
-    def _exec(self, transport: paramiko.Transport, command: str, timeout: float, stdin: bytes | None) -> Completed:
+    def _exec(self, transport: paramiko.Transport, command: str, timeout: float, stdin: bytes | None,
+              limit: int | None, should_stop: Callable[[], bool]) -> Completed:
         chan = self._open_session(transport)
         try:
             chan.settimeout(timeout)
@@ -59,6 +64,10 @@ class Commands(Connection):
                     pass
                 while chan.recv_stderr_ready():
                     err += chan.recv_stderr(65536)
+                if limit is not None and max(len(out), len(err)) > limit:
+                    return Completed(TOO_LONG, "", f"autotune: the program wrote more than {limit} bytes")
+                if should_stop():
+                    raise TrialFailure("interrupted", "stop requested while a program ran on the target")
                 if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
                     break
                 if not transport.is_active():

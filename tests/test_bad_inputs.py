@@ -81,6 +81,10 @@ class Case:
     setup: Callable[[Path], None] | None = None
 
 
+#: the command a case runs when running the study would start a server had the input been taken
+VALIDATE = ("validate", "--study", "S")
+
+
 def run(argv: tuple[str, ...], pattern: str, **kw: object) -> Case:
     return Case(argv=argv, pattern=pattern, **kw)  # type: ignore[arg-type]
 
@@ -455,6 +459,35 @@ CASES: dict[str, Case] = {
         workload('dataset = "d.jsonl"'),
         files={"d.jsonl": '{"messages": [{"role": "user", "content": "Hi"}]}\n{"prompt": "a"}\n'},
         pattern=r"d\.jsonl: line 2: a raw prompt among chat requests"),
+    "dataset lone surrogate": Case(
+        argv=VALIDATE, study=workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"messages": [{"role": "user", "content": "Hi"}]}\n{"messages": [{"role": "system", '
+                          '"content": "S"}, {"role": "user", "content": "a\\ud800"}]}\n'},
+        pattern=r"d\.jsonl: line 2: message 2: a lone surrogate \\ud800 at character 2: not a character"),
+    "dataset lone surrogate in a prompt": Case(
+        argv=VALIDATE, study=workload('dataset = "d.jsonl"'), files={"d.jsonl": '{"prompt": "\\udfff x"}\n'},
+        pattern=r"d\.jsonl: line 1: \"prompt\": a lone surrogate \\udfff at character 1"),
+    "prompts lone surrogate": Case(argv=VALIDATE, study=workload('prompts = "p.jsonl"'),
+                                   files={"p.jsonl": '{"prompt": "ok \\ud83d"}\n'},
+                                   pattern=r"p\.jsonl: line 1: \"prompt\": a lone surrogate \\ud83d at character 4"),
+    "dataset empty user message": Case(
+        argv=VALIDATE, study=workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " "}]}'
+                          '\n'},
+        pattern=r"d\.jsonl: line 1: message 2: an empty user message: a user turn, like a raw prompt, must say "
+                r"something"),
+    "dataset empty human turn": Case(
+        argv=VALIDATE, study=workload('dataset = "d.json"'),
+        files={"d.json": '[{"conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "Hi"}]}]'},
+        pattern=r"d\.json: item 1: turn 1: an empty human turn"),
+    "dataset a number of 5000 digits": Case(
+        argv=VALIDATE, study=workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"prompt": "a", "id": ' + "7" * 5000 + '}\n'},
+        pattern=r"d\.jsonl: line 1: a number of 5000 digits; at most 4300 are read"),
+    "prompts a number of 4301 digits": Case(
+        argv=VALIDATE, study=workload('prompts = "p.jsonl"'),
+        files={"p.jsonl": '{"prompt": "a"}\n{"prompt": "b", "n": -' + "1" * 4301 + '}\n'},
+        pattern=r"p\.jsonl: line 2: a number of 4301 digits; at most 4300 are read"),
     "dataset a FIFO": Case(workload('dataset = "fifo.jsonl"'), setup=lambda d: os.mkfifo(d / "fifo.jsonl"),
                            pattern=r"\[workload\] dataset: .*fifo\.jsonl is not a regular file"),
     "dataset a device": Case(workload('dataset = "/dev/zero"'),

@@ -55,6 +55,7 @@ class RunOptions:
     restore: bool = True             # leave the target running the best (or original) config
     warm_start: str | None = None    # a study whose best configs a new study measures first
     processes: int | None = None     # the load generator's processes (overrides [workload] processes)
+    forget_host_answers: bool = False  # the answers the hosts gave before are forgotten: each config asked again
 
     def flags(self) -> list[str]:
         """The `autotune run` flags that ask for these options again (for another worker of the study)."""
@@ -63,6 +64,8 @@ class RunOptions:
                             ("--storage", self.storage), ("--processes", self.processes)):
             if value is not None:
                 out += [flag, str(value)]
+        if self.forget_host_answers:
+            out.append("--forget-host-answers")
         return out if self.restore else [*out, "--no-restore"]
 
 
@@ -166,7 +169,8 @@ class Tuner:
     def _ask_host(self, target: Target) -> HostResolver:
         """The engine on the target, asked about the baseline before anything runs: whether it can answer, and
         the GPU there, which the engine's rules take from here on (hostresolve.py)."""
-        host = HostResolver(self.plan.engine, target, self.spec.engine.command, self.plan.target.env)
+        host = HostResolver(self.plan.engine, target, self.spec.engine.command, self.plan.target.env,
+                            self.plan.space.params)
         space = self.plan.space
         try:
             baseline = space.baseline()
@@ -200,6 +204,9 @@ class Tuner:
             log.info("study %s: %s %s, storage %s, target %s (%s)", spec.name, "created" if created else "resumed",
                      f"{len(results.launches(trials))}/{self.budget} launches done", redact(self.storage_url),
                      self.plan.target.name, self.plan.target.kind)
+            if self.options.forget_host_answers:
+                log.info("--forget-host-answers: %d answers of the hosts forgotten; each config is asked again",
+                         record.study.forget_host_answers(study))
             if not queue.has_baseline(study):
                 self._queue_start(study)
             elif self.options.warm_start:

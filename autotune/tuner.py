@@ -19,7 +19,7 @@ from types import FrameType
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import client_limit, queue, record, results
+from autotune import client_limit, queue, record, results, study_terms
 from autotune.artifacts import open_store
 from autotune.budget import AdmissionLock, admit
 from autotune.bringup import deploy_trial, restore_original
@@ -118,6 +118,8 @@ class Tuner:
         self._stop_reason: str | None = None
         self._progress = Progress(enabled=False)
         self._warm: list[Proposal] = []
+        self._traffic = study_terms.traffic(plan.spec, plan.prompts)
+        self._space = study_terms.space(plan.spec.space)
 
     # -- the run ---------------------------------------------------------------------------------------------
 
@@ -133,7 +135,7 @@ class Tuner:
                 self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat,
                                             on_stale=queue.stale_trial_callback)
                 refuse_foreign(self.storage, self.spec.name, self.storage_url)
-                self._refuse_other_objective()
+                self._refuse_another_study()
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
                 self._host = self._ask_host(target)
                 self._progress = Progress(self.budget, self.deadline, self.spec.levels)
@@ -153,9 +155,10 @@ class Tuner:
             self._progress.close()
             target.close()
 
-    def _refuse_other_objective(self) -> None:
+    def _refuse_another_study(self) -> None:
         """A study resumed under another objective would compare values of two kinds (relative figures against
-        tokens per second): refused before anything is written."""
+        tokens per second), under other traffic measurements of two worlds, over a space Optuna cannot follow
+        not at all: refused before anything is written (study_terms.py)."""
         try:
             study = optuna.load_study(study_name=self.spec.name, storage=self.storage)
         except KeyError:
@@ -165,6 +168,9 @@ class Tuner:
             raise UserError(f"study {self.spec.name!r} in {redact(self.storage_url)} was created with objective = "
                             f"{stored!r}, the study file now says {self.spec.objective!r}: put {stored!r} back, or "
                             "give the study a new name")
+        study_terms.refuse_other_traffic(self.spec.name, self.storage_url, record.study.traffic(study),
+                                         self._traffic)
+        study_terms.space_change(self.spec.name, self.storage_url, record.study.space(study)[0], self._space)
 
     def _ask_host(self, target: Target) -> HostResolver:
         """The engine on the target, asked about the baseline before anything runs: whether it can answer, and
@@ -200,13 +206,15 @@ class Tuner:
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     study.set_metric_names(METRIC_NAMES[spec.objective])
             trials = study.get_trials(deepcopy=False)
+            self._record_terms(study, len(trials))
             study.sampler = make_sampler(spec, self.plan.space, len(trials))
             log.info("study %s: %s %s, storage %s, target %s (%s)", spec.name, "created" if created else "resumed",
                      f"{len(results.launches(trials))}/{self.budget} launches done", redact(self.storage_url),
                      self.plan.target.name, self.plan.target.kind)
             if self.options.forget_host_answers:
-                log.info("--forget-host-answers: %d answers of the hosts forgotten; each config is asked again",
-                         record.study.forget_host_answers(study))
+                forgotten = record.study.forget_host_answers(study)
+                log.info("--forget-host-answers: %d kept answer%s of the host forgotten; each config is asked again",
+                         forgotten, "" if forgotten == 1 else "s")
             if not queue.has_baseline(study):
                 self._queue_start(study)
             elif self.options.warm_start:
@@ -214,6 +222,21 @@ class Tuner:
                          self.options.warm_start, spec.name)
             queue.sweep(study, self.plan.target.name)
         return study
+
+    def _record_terms(self, study: optuna.Study, trials: int) -> None:
+        """The traffic and space a new study measures, and a space changed since (searched from trial ``trials``
+        on); a study an older autotune created takes the study file's as its own."""
+        if record.study.traffic(study) is None:
+            record.study.set_traffic(study, self._traffic)
+        stored = record.study.space(study)[0]
+        if stored is None:
+            record.study.set_space(study, self._space, 0)
+            return
+        change = study_terms.space_change(self.spec.name, self.storage_url, stored, self._space)
+        if change:
+            record.study.set_space(study, self._space, trials)
+            log.info("study %s: the space changed (%s): searched as it is now from trial %d on", self.spec.name,
+                     change, trials)
 
     def _queue_start(self, study: optuna.Study) -> None:
         """A new study's first configs: the baseline, then an earlier study's best (--warm-start) or the engine's
@@ -266,6 +289,7 @@ class Tuner:
             if self.deadline is not None and time.time() >= self.deadline:
                 return "deadline"
             with admission:
+                queue.queue_confirmation(study, self.plan, self.budget)
                 queue.queue_adaptive(study, self.plan, self.budget)
                 verdict = admit(study, self.budget, self.storage.get_heartbeat_interval() is not None)
                 if verdict != "run":

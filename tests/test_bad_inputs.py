@@ -14,6 +14,7 @@ import re
 import sqlite3
 import sys
 import threading
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +23,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune import study_terms
+from autotune.bench.traffic import parse
 from autotune.cli import main
+from autotune.plan import requests_of
 from autotune.record import study as record_study
+from autotune.study import parse_study
 from autotune.testing.ports import free_port
 from tests.support.cli import run_autotune
 from tests.support.study_texts import VALID
@@ -119,6 +124,19 @@ def interrupted_trial(directory: Path) -> None:
             state=state, value=1.0 if state == TrialState.COMPLETE else None,
             user_attrs={**attrs, "config": {"model-path": "/m", "port": 31555},
                         "command": ["autotune-sim", "--model-path", "/m", "--port", "31555"]}))
+
+
+def study_of(then: str, dataset: str | None = None) -> Callable[[Path], None]:
+    """The study file's own study as `autotune run` created it from the study file ``then`` (whose dataset, when
+    it named one, held ``dataset``)."""
+    def make(directory: Path) -> None:
+        autotunes_study(directory)
+        study = optuna.load_study(study_name="S", storage=f"sqlite:///{directory / 'S.db'}")
+        spec = parse_study(tomllib.loads(then), directory / "S.toml")
+        requests = parse(dataset, "d.jsonl") if dataset is not None else requests_of(spec)
+        record_study.set_traffic(study, study_terms.traffic(spec, requests))
+        record_study.set_space(study, study_terms.space(spec.space), 0)
+    return make
 
 
 def not_a_database(directory: Path) -> None:
@@ -617,6 +635,28 @@ CASES: dict[str, Case] = {
     "storage not a database": run(("status", "--study", "S", "--storage", "sqlite:///junk.db"),
                                   r"cannot open storage sqlite:///.*junk\.db: file is not a database",
                                   setup=not_a_database),
+    "study resumed under other traffic": Case(
+        workload('dataset = "d.jsonl"'), files={"d.jsonl": '{"prompt": "Once upon a time"}\n'},
+        setup=study_of(workload('dataset = "d.jsonl"'),
+                       '{"prompt": "Once upon a time"}\n{"prompt": "In a land far away"}\n'),
+        pattern=r"study 'S' in sqlite:///.*S\.db was created with other traffic: 2 requests of d\.jsonl \(digest "
+                r"[0-9a-f]{16}\), the study file now sends 1 requests of d\.jsonl \(digest [0-9a-f]{16}\); its "
+                r"measurements and baseline are of that traffic: put it back, or give the study a new name "
+                r"\(--warm-start S measures its best configs first\)$"),
+    "study resumed at other loads": Case(
+        workload("concurrency = [1, 8]"), setup=study_of(VALID),
+        pattern=r"study 'S' in sqlite:///.*S\.db was created with other traffic: concurrency = \[1, 8, 32\], the "
+                r"study file now sends concurrency = \[1, 8\]"),
+    "study resumed with other choices": Case(
+        space('[space.page-size]\ntype = "categorical"\nchoices = [1, 16, 64]'),
+        setup=study_of(space('[space.page-size]\ntype = "categorical"\nchoices = [1, 16]')),
+        pattern=r"study 'S' in sqlite:///.*S\.db was created with \[space\.page-size\] choices = \[1, 16\], the "
+                r"study file now says \[1, 16, 64\]: a study keeps its choices for its life \(Optuna's rule\); put "
+                r"it back, or give the study a new name \(--warm-start S measures its best configs first\)$"),
+    "study resumed with another type": Case(
+        space('[space.page-size]\ntype = "int"\nlow = 1\nhigh = 16'),
+        setup=study_of(space('[space.page-size]\ntype = "categorical"\nchoices = [1, 16]')),
+        pattern=r"was created with \[space\.page-size\] type = \"categorical\", the study file now says \"int\""),
     "study resumed under another objective": Case(study_key('objective = "single"'), setup=autotunes_study,
                                                   pattern=r"study 'S' in sqlite:///.*S\.db was created with objective "
                                                           r"= 'weighted', the study file now says 'single': put "

@@ -1,5 +1,6 @@
-"""The study's own record: its objective and study file, the baseline's figures the relative objectives divide by,
-and the configs a new study measures after its baseline (its opening)."""
+"""The study's own record: its objective and study file, the traffic and space it was created with (study_terms.py),
+the baseline's figures the relative objectives divide by, the configs a new study measures after its baseline (its
+opening), and the answers of the engine on the target (hostresolve.py)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -42,6 +43,28 @@ def is_blank(study: optuna.Study) -> bool:
 
 def objective(study: optuna.Study) -> str | None:
     return study.user_attrs.get("objective")
+
+
+def traffic(study: optuna.Study) -> dict[str, Any] | None:
+    """The traffic the study measures (study_terms.traffic; None: an older autotune recorded none)."""
+    return study.user_attrs.get("traffic")
+
+
+def set_traffic(study: optuna.Study, terms: Mapping[str, Any]) -> None:
+    study.set_user_attr("traffic", dict(terms))
+
+
+def space(study: optuna.Study) -> tuple[dict[str, Any] | None, int]:
+    """The space the study searches (study_terms.space; None: an older autotune recorded none) and the first trial
+    number searched under it."""
+    attrs = study.user_attrs
+    return attrs.get("space"), int(attrs.get("space_since") or 0)
+
+
+def set_space(study: optuna.Study, terms: Mapping[str, Any], since: int) -> None:
+    """The space searched from trial ``since`` on."""
+    study.set_user_attr("space", dict(terms))
+    study.set_user_attr("space_since", since)
 
 
 def reference(study: optuna.Study) -> dict[str, Any] | None:

@@ -19,7 +19,7 @@ from types import FrameType
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import client_limit, queue, record, results, study_terms
+from autotune import client_limit, queue, record, results, study_paths, study_terms
 from autotune.artifacts import open_store
 from autotune.budget import AdmissionLock, admit
 from autotune.bringup import deploy_trial, restore_original
@@ -124,6 +124,7 @@ class Tuner:
     # -- the run ---------------------------------------------------------------------------------------------
 
     def run(self) -> RunSummary:
+        study_paths.check(self.spec)
         target = make_target(self.plan.target, cwd=self.spec.directory)
         target.preflight(self.spec.engine.command)
         if self.options.warm_start:  # read before anything is written: an unknown study stops the run here

@@ -139,6 +139,17 @@ def study_of(then: str, dataset: str | None = None) -> Callable[[Path], None]:
     return make
 
 
+def planted(name: str, directory_link: bool) -> Callable[[Path], None]:
+    """A link planted beside the study as ``name``, to a file (or a directory) elsewhere: what autotune would write
+    there would land in the link's target."""
+    def plant(directory: Path) -> None:
+        victim = directory / "elsewhere"
+        victim.mkdir()
+        (victim / "keep.txt").write_text("not autotune's\n")
+        (directory / name).symlink_to(victim if directory_link else victim / "keep.txt")
+    return plant
+
+
 def not_a_database(directory: Path) -> None:
     (directory / "junk.db").write_bytes(b"this is no database\n" * 100)
 
@@ -635,6 +646,19 @@ CASES: dict[str, Case] = {
     "storage not a database": run(("status", "--study", "S", "--storage", "sqlite:///junk.db"),
                                   r"cannot open storage sqlite:///.*junk\.db: file is not a database",
                                   setup=not_a_database),
+    **{f"{name} a planted link": Case(setup=planted(name, directory_link), pattern=rf".*/{re.escape(name)} is a "
+                                      rf"symbolic link \(to .*elsewhere.*\): autotune writes the study's {what} there "
+                                      "itself and follows no link; remove the link$")
+       for name, directory_link, what in (("S.log", False, "event log"), ("S-logs", True, "server logs"),
+                                          ("S-artifacts", True, "trials' artifacts"))},
+    **{f"{name} a planted link for restore": run(("restore", "--study", "S"), rf".*/{name} is a symbolic link",
+                                               setup=planted(name, False))
+       for name in ("S.log", "S-logs")},
+    "event log a directory": Case(setup=lambda d: (d / "S.log").mkdir(),
+                                  pattern=r".*/S\.log is not a regular file: autotune keeps the study's event log "
+                                          r"there; move it away$"),
+    "server logs a file": Case(setup=lambda d: (d / "S-logs").write_text("x"),
+                               pattern=r".*/S-logs is not a directory: autotune keeps the study's server logs there"),
     "study resumed under other traffic": Case(
         workload('dataset = "d.jsonl"'), files={"d.jsonl": '{"prompt": "Once upon a time"}\n'},
         setup=study_of(workload('dataset = "d.jsonl"'),

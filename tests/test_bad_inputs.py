@@ -242,7 +242,15 @@ CASES: dict[str, Case] = {
     "target env not a table": Case(target_key('env = "X=1"'), pattern=r"\[target\] env: must be a table"),
     "ssh without host": Case(edit('host = "gpu1"\n', "", SSH), pattern=r"\[target\] host: is required"),
     "host is an option": Case(edit('host = "gpu1"', 'host = "-oProxyCommand=touch /tmp/pwned"', SSH),
-                              pattern=r"\[target\] host: must be a host name or address"),
+                              pattern=r"\[target\] host: must be a host name"),
+    "host opens with a dash": Case(edit('host = "gpu1"', 'host = "-oProxyCommand=x"', SSH),
+                                   pattern=r"\[target\] host: must be a host name \(labels of letters, digits, '-' and "
+                                           r"'_' between dots, none opening or closing with '-'\) or an IP address, "
+                                           r"got '-oProxyCommand=x'$"),
+    "host with an empty label": Case(edit('host = "gpu1"', 'host = "gpu1..lan"', SSH),
+                                     pattern=r"\[target\] host: must be a host name"),
+    "host with an option as its scope": Case(edit('host = "gpu1"', 'host = "fe80::1%-oProxyCommand=x"', SSH),
+                                             pattern=r"\[target\] host: must be a host name"),
     "host with a space": Case(edit('host = "gpu1"', 'host = "gpu1 gpu2"', SSH), pattern=r"\[target\] host: must be"),
     "host with a newline": Case(edit('host = "gpu1"', 'host = "gpu1\\n"', SSH), pattern=r"\[target\] host: must be"),
     "user": Case(target_key('user = "root;id"', SSH), pattern=r"\[target\] user: must be a login"),

@@ -32,7 +32,7 @@ from autotune.pruning import make_pruner
 from autotune.record import TrialRecord
 from autotune.score import METRIC_NAMES
 from autotune.search import Proposal, make_sampler
-from autotune.storage import failed_write, open_storage, redact, refuse_foreign, write_failure
+from autotune.storage import Reserve, failed_write, open_storage, redact, refuse_foreign, write_failure
 from autotune.targets import Target, make_target
 from autotune.trial import Objective, ServerLaunch
 from autotune.warmstart import warm_configs
@@ -143,7 +143,8 @@ class Tuner:
                 study = self._open_study()
                 self._progress.update(study)
                 try:
-                    return self._run(study, target)
+                    with Reserve(self.storage_url) as self._reserve:
+                        return self._run(study, target)
                 finally:
                     if not target.keeps_server:
                         target.stop()  # however the run ended, a local server never outlives its tuner
@@ -258,6 +259,7 @@ class Tuner:
         previous = {sig: signal.signal(sig, self._on_signal) for sig in (signal.SIGTERM, signal.SIGINT)}
         admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
         objective.on_start = admission.release
+        objective.free_space = self._reserve.release
         try:  # the handlers stay until the target is left as promised: a first signal never cuts the end short
             try:
                 stopped_by = self._trials(study, objective, admission)
@@ -308,6 +310,8 @@ class Tuner:
                 continue
             trial = finished[0]
             self._report(study, trial)
+            if objective.unstored is not None:
+                raise objective.unstored  # recorded as failed in the room kept for it: the database takes no more
             failed = trial.state == TrialState.FAIL and not self._stop_reason
             if failed and TrialRecord.of(trial).reason == "baseline_pending":
                 self._sleep(WAIT_FOR_OTHERS)  # the study's order, not a failing host: no backoff

@@ -159,8 +159,8 @@ class Tuner:
 
     def _refuse_another_study(self) -> None:
         """A study resumed under another objective would compare values of two kinds (relative figures against
-        tokens per second), under other traffic measurements of two worlds, over a space Optuna cannot follow
-        not at all: refused before anything is written (study_terms.py)."""
+        tokens per second), under other traffic measurements of two worlds, and over a space Optuna cannot follow it
+        would stop at its first trial with Optuna's error: refused before anything is written (study_terms.py)."""
         try:
             study = optuna.load_study(study_name=self.spec.name, storage=self.storage)
         except KeyError:

@@ -18,7 +18,7 @@ import optuna
 import sqlalchemy
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import results
+from autotune import record, results
 
 log = logging.getLogger("autotune")
 
@@ -65,12 +65,13 @@ class AdmissionLock:
 
 def exhausted(study: optuna.Study, trials: list[FrozenTrial]) -> str | None:
     """Why the search has nothing left to try (None: it has): the grid is done, or the sampler has proposed only
-    configs measured or rejected already for a while."""
+    configs measured or rejected already for a while (counted since the space last changed: a widened space is
+    searched)."""
     if isinstance(study.sampler, optuna.samplers.GridSampler) and study.sampler.is_exhausted(study):
         return "every config of the grid was tried"
-    if results.since_launch(trials) >= IDLE_TRIALS:
-        return (f"the last {IDLE_TRIALS} trials launched nothing (every config they proposed was measured or rejected "
-                "already): the space looks exhausted")
+    if results.since_launch(trials, record.study.space(study)[1]) >= IDLE_TRIALS:
+        return (f"the last {IDLE_TRIALS} trials measured no new config (every config they proposed was measured or "
+                "rejected already): the space looks exhausted")
     return None
 
 

@@ -111,9 +111,11 @@ def cli() -> None:
 @click.option("--warm-start", "warm_start", default=None, metavar="OLD",
               help="A new study measures the best configs of study OLD (a name or file) first; no values are copied.")
 @PROCESSES
+@click.option("--forget-host-answers", is_flag=True,
+              help="Ask the engine on the target about every config again (a host's answers are kept in the study).")
 def run(study_name: str, trials: int | None, timeout: float | None, until: str | None, storage: str | None,
         target_name: str | None, all_targets: bool, no_restore: bool, warm_start: str | None,
-        processes: int | None) -> None:
+        processes: int | None, forget_host_answers: bool) -> None:
     """Create or resume the study and tune until its budget or deadline."""
     from autotune.plan import make_plan
     from autotune.study import load_study
@@ -121,7 +123,8 @@ def run(study_name: str, trials: int | None, timeout: float | None, until: str |
     from autotune.workers import run_all_targets
 
     options = RunOptions(trials=trials, timeout=timeout, until=until, storage=storage, target=target_name,
-                         restore=not no_restore, warm_start=warm_start, processes=processes)
+                         restore=not no_restore, warm_start=warm_start, processes=processes,
+                         forget_host_answers=forget_host_answers)
     spec = _with_processes(load_study(study_name), processes)
     if not all_targets:
         summary = Tuner(make_plan(spec, target_name, trials), options).run()

@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
+from autotune import study_paths
 from autotune.bench.measure import Bench
 from autotune.bringup import deploy_trial, restore_original, server_info
 from autotune.errors import TrialFailure, UserError
@@ -139,6 +140,7 @@ def _runs(rec: TrialRecord, running: dict[str, Any]) -> bool:
 
 def _on_target(plan: Plan, action: Callable[[Target], T], failed: str) -> T:
     """Run ``action`` holding the target's lock; a server that does not come up is one line."""
+    study_paths.check(plan.spec)
     setup_logging(plan.spec.directory / f"{plan.spec.name}.log")
     target = make_target(plan.target, cwd=plan.spec.directory)
     try:

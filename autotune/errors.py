@@ -61,4 +61,5 @@ REASONS: dict[str, bool] = {
     "stale": False,              # left RUNNING by a tuner that died
     "client_bound": False,       # the measuring client (or the transport) could not keep up with the server
     "tuner_error": False,        # a bug in autotune itself (logged with its traceback)
+    "not_stored": False,         # measured, but the study database would not take its figures (a full disk)
 }

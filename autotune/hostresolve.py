@@ -4,8 +4,11 @@ A host may run another release of the engine, or another GPU, than the engine's 
 engine can resolve its arguments without starting (``Engine.host``), the tuner asks the engine installed on the
 target, with the python its server command runs (``Target.run_engine_program``, programs/engine_resolve.py),
 before a config's first launch: seconds instead of a launch. A config it rejects is pruned with its own message
-(``HostRejected``) and costs no launch; one it rewrites runs, and is recorded, as rewritten. Every answer is kept in
-the study (``record.study.host_answer``): no worker and no resumed run asks about the same config again.
+(``HostRejected``) and costs no launch; one it rewrites runs, and is recorded, as rewritten, with only the engine's own
+values taken from the answer (hostrules.py: never a flag autotune or the target owns, never a value the study's rules
+would refuse). Every answer is kept in the study (``record.study.host_answer``) with the host that gave it (its
+engine's version, its GPUs, the served model): no worker and no resumed run on the same host asks about the same
+config again, and an answer another host gave expires (as all do with ``run --forget-host-answers``).
 
 At preflight the tuner asks once about the baseline, and learns the host's GPU and the served model's architecture
 with it (nvidia-smi and the model's config.json there; the emulator's profile): the ``Platform`` the engine's rules
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import optuna
@@ -25,7 +28,9 @@ from autotune import record
 from autotune.engines import Args, Engine
 from autotune.engines.base import Platform
 from autotune.errors import HostRejected, TrialFailure
-from autotune.redact import mask, mask_mapping
+from autotune.hostrules import admissible
+from autotune.redact import MASK, is_secret, mask, mask_mapping
+from autotune.study import ParamSpec
 from autotune.targets.base import Target
 
 log = logging.getLogger("autotune")
@@ -37,21 +42,27 @@ TIMEOUT = 180.0
 
 
 class HostResolver:
-    """Asks the engine on ``target`` (started by ``command`` with the target's environment ``env``)."""
+    """Asks the engine on ``target`` (started by ``command`` with the target's environment ``env``); ``params``: the
+    study's [space], whose types a rewritten value of a tuned flag must have."""
 
     def __init__(self, engine: Engine, target: Target, command: list[str], env: dict[str, str],
-                 should_stop: Callable[[], bool] = lambda: False) -> None:
+                 params: Sequence[ParamSpec] = (), should_stop: Callable[[], bool] = lambda: False) -> None:
         """``should_stop``: a question is given up at once (``TrialFailure("interrupted")``) when it says so."""
         self.should_stop = should_stop
         self.engine = engine
         self.target = target
         self.command = list(command)
         self.env = dict(env)
+        self.params = tuple(params)
         #: False once the host was found unable to answer (said once); None before the first question
         self.available: bool | None = None if engine.host is not None else False
         #: the host's GPUs, as it names them (after ``probe``)
         self.gpus: list[str] = []
+        #: the host as ``probe`` found it (its engine's version, GPUs, served model), named by every answer kept; an
+        #: answer kept from another host expires. None: the host did not say (then every kept answer stands)
+        self.host: dict[str, Any] | None = None
         self._answers: dict[str, dict[str, Any]] = {}
+        self._said: set[str] = set()
 
     def probe(self, args: Args, key: str) -> Platform | None:
         """Ask about ``args`` (the baseline, config key ``key``) and read the host's GPU and served model: the
@@ -60,6 +71,7 @@ class HostResolver:
             return None
         answer = self._ask("probe", args)
         self.gpus = [str(g) for g in answer.get("gpus") or []]
+        self.host = _identity(answer)
         platform = Platform(gpu=self.gpus[0] if self.gpus else "", compute_capability=_capability(answer),
                             architecture=str(answer.get("architecture") or ""))
         where = f"target {self.target.name}"
@@ -80,7 +92,7 @@ class HostResolver:
         """``args`` (config key ``key``) as the engine on the target will run them; raises ``HostRejected`` with
         its message for a config it refuses. The answer kept in ``study`` when it was asked before (by any worker,
         in any run); ``args`` unchanged when it cannot answer."""
-        stored = self._answers.get(key) or (record.study.host_answer(study, key) if study is not None else None)
+        stored = self._answers.get(key) or (self._kept(study, key) if study is not None else None)
         if stored is None:
             if self.available is False:
                 return dict(args)
@@ -94,6 +106,20 @@ class HostResolver:
 
     # -- helpers -----------------------------------------------------------------------------------------------
 
+    def _kept(self, study: optuna.Study, key: str) -> dict[str, Any] | None:
+        """The answer kept in ``study`` for config ``key``, unless another host gave it (said once)."""
+        stored = record.study.host_answer(study, key)
+        if stored is None or self.host is None or stored.get("host") == self.host:
+            return stored
+        self._once("expired", "target %s: the answers kept in the study were given by %s; this host is %s: each "
+                   "config is asked again", self.target.name, _described(stored.get("host")), _described(self.host))
+        return None
+
+    def _once(self, what: str, message: str, *args: object) -> None:
+        if what not in self._said:
+            self._said.add(what)
+            log.warning(message, *args)
+
     def _take(self, answer: dict[str, Any], args: Args, key: str, study: optuna.Study | None) -> dict[str, Any] | None:
         """The answer to keep (None when the host could not answer: said once, and never asked again)."""
         if answer.get("answer") == "rejected":
@@ -101,12 +127,18 @@ class HostResolver:
         elif answer.get("answer") == "resolved" and isinstance(answer.get("values"), dict):
             assert self.engine.host is not None
             runs = self.engine.host.effective(args, answer["values"])
-            stored = {"answer": "resolved", "changes": mask_mapping({k: v for k, v in runs.items()
-                                                                     if k not in args or args[k] != v})}
+            kept, refused = admissible(self.engine, self.params, args,
+                                       {k: v for k, v in runs.items() if k not in args or args[k] != v})
+            for name, why in refused.items():
+                shown = MASK if is_secret(name) else mask(repr(runs[name]))[:200]
+                self._once(f"refused {name}", "target %s: the engine there answers %s=%s: not taken (%s)",
+                           self.target.name, name, shown, why)
+            stored = {"answer": "resolved", "changes": mask_mapping(kept)}
         else:
             self._unavailable(str(answer.get("reason") or "no answer"))
             return None
         self.available = True
+        stored["host"] = self.host
         self._answers[key] = stored
         if study is not None:
             record.study.set_host_answer(study, key, stored)
@@ -151,3 +183,21 @@ def _capability(answer: dict[str, Any]) -> tuple[int, int] | None:
         return int(major), int(minor)
     except ValueError:
         return None
+
+
+def _identity(answer: dict[str, Any]) -> dict[str, Any] | None:
+    """The host as a probe's answer names it: the engine's version, the GPUs, the served model's architecture and
+    config (a digest); None when it named none of them."""
+    host = {"version": str(answer.get("version") or ""), "gpus": [str(g) for g in answer.get("gpus") or []],
+            "architecture": str(answer.get("architecture") or ""), "model": str(answer.get("model") or "")}
+    return host if any(host.values()) else None
+
+
+def _described(host: Any) -> str:
+    """A host identity in a few words, for the log."""
+    if not isinstance(host, dict):
+        return "a host not named with them (an older autotune kept them)"
+    gpus = host.get("gpus") or []
+    return (f"engine {host.get('version') or 'of unknown version'} on {gpus[0] if gpus else 'no named GPU'}"
+            f"{', serving ' + host['architecture'] if host.get('architecture') else ''}"
+            f"{' (model config ' + host['model'] + ')' if host.get('model') else ''}")

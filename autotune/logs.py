@@ -4,8 +4,10 @@ and to the study's log file beside the study; secrets masked in the whole line, 
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
+from typing import TextIO
 
 from autotune.errors import UserError
 from autotune.redact import LogFilter, MaskingFormatter
@@ -39,8 +41,13 @@ def setup(log_file: Path | None, stream: object = None) -> logging.Logger:
 
 
 class _FileHandler(logging.FileHandler):
-    """The study's log file; a line the file will not take (a full disk) is dropped, not a traceback on stderr: the
+    """The study's log file, opened without following a link (study_paths.py refuses one; a link planted after that
+    check fails the open); a line the file will not take (a full disk) is dropped, not a traceback on stderr: the
     same line went to stdout, and the command that cannot write its database ends with one line of its own."""
+
+    def _open(self) -> TextIO:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        return os.fdopen(fd, "a", encoding=self.encoding, errors=self.errors)
 
     def handleError(self, record: logging.LogRecord) -> None:
         pass

@@ -8,6 +8,8 @@
   towards the budget (results.launches). Each config is retried once; a stop request or a missing baseline always.
 * The tuner's own next config (search.propose: a neighbour of the leader, a confirmation), queued only while
   nothing else waits.
+* Confirmations once a model-based search has nothing left to try: with launches left, the leader and its close
+  rivals are measured once more (each once) before the study stops as exhausted, resumed with a larger budget too.
 * The adaptive server (``[study] adaptive``), once, as the study's last launch: queued when one launch of the budget
   is left or the search has nothing left to try, if the schedule built from the measurements so far runs anything
   but the best fixed chain (adaptive.py).
@@ -26,7 +28,7 @@ from autotune.errors import UserError
 from autotune.engines import ArgValue
 from autotune.plan import Plan
 from autotune.record import TrialRecord
-from autotune.search import Proposal, propose
+from autotune.search import MODEL_BASED, Proposal, confirmation, propose
 
 log = logging.getLogger("autotune")
 
@@ -78,6 +80,23 @@ def queue_next(study: optuna.Study, plan: Plan, budget: int) -> Proposal | None:
     if proposal is not None:
         enqueue(study, proposal.params, proposal.role, proposal.origin, proposal.prediction)
     return proposal
+
+
+def queue_confirmation(study: optuna.Study, plan: Plan, launches: int) -> bool:
+    """Queue a confirmation when the search has nothing left to try and launches are left (``launches``: the
+    budget); whether it did. Call it under the admission lock, before ``queue_adaptive`` and ``budget.admit``."""
+    trials = study.get_trials(deepcopy=False)
+    if plan.spec.sampler not in MODEL_BASED or len(study.directions) != 1 \
+            or any(t.state == TrialState.WAITING for t in trials):
+        return False  # the grid and random search stay what they say they are
+    done, running = budget.standing(study)
+    why = budget.exhausted(study, trials) if done + running < launches else None
+    proposal = confirmation(study, trials, plan) if why is not None else None
+    if proposal is None:
+        return False
+    enqueue(study, proposal.params, proposal.role)
+    log.info("%s; %d launches left: the leading configs are measured once more first", why, launches - done - running)
+    return True
 
 
 def queue_adaptive(study: optuna.Study, plan: Plan, launches: int) -> bool:

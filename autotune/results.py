@@ -45,11 +45,15 @@ def finished(trials: list[FrozenTrial]) -> list[FrozenTrial]:
     return [t for t in trials if t.state in FINISHED and t.number not in again]
 
 
-def since_launch(trials: list[FrozenTrial]) -> int:
-    """Finished trials after the last launch: how long the sampler has proposed only measured or invalid configs."""
+def since_launch(trials: list[FrozenTrial], since: int = 0) -> int:
+    """Finished trials from trial ``since`` on after the last launch of a config: how long the sampler has proposed
+    only measured or invalid configs. A confirmation or the adaptive server measures no new config: it does not end
+    the count."""
     count = 0
     for t in sorted(finished(trials), key=lambda t: t.number, reverse=True):
-        if TrialRecord.of(t).launched:
+        if t.number < since:
+            break
+        if TrialRecord.of(t).launched and not (record.is_confirmation(t) or record.is_adaptive(t)):
             break
         count += 1
     return count

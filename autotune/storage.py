@@ -1,6 +1,7 @@
 """Where studies live: Optuna's RDB storage on SQLite (one tuner) or PostgreSQL (several workers)."""
 from __future__ import annotations
 
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -95,6 +96,49 @@ def _check_schema(url: str, create: bool, engine_kwargs: dict) -> None:
                         "Optuna's): give autotune a database of its own")
 
 
+#: room kept beside a SQLite database for a run's last writes on a full disk (a trial's failure, its retry)
+RESERVE_BYTES = 1 << 20
+
+
+class Reserve:
+    """Space held beside a SQLite study database while a tuner runs (NAME.db.reserve), given back when the disk is
+    full, so that the trial whose figures the database would not take can still be recorded as failed (and queued
+    again) rather than left running. Nothing for another database (its disk is its server's)."""
+
+    def __init__(self, url: str) -> None:
+        self.path = Path(url[len("sqlite:///"):] + ".reserve") if url.startswith("sqlite:///") else None
+
+    def __enter__(self) -> Reserve:
+        if self.path is not None and not self.path.exists():
+            try:
+                fd = os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+            except OSError:  # no room even for this, or a link in its place: run without
+                self.path = None
+                return self
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            except OSError:
+                os.unlink(self.path)
+                self.path = None
+            finally:
+                os.close(fd)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+    def release(self) -> bool:
+        """Give the space back; whether there was any."""
+        path, self.path = self.path, None
+        if path is None:
+            return False
+        try:
+            os.unlink(path)
+        except FileNotFoundError:
+            return False
+        return True
+
+
 #: what a write to the study database raises when it cannot be written (read-only, a full disk, a lost server)
 WRITE_ERRORS = (optuna.exceptions.StorageInternalError, sqlalchemy.exc.SQLAlchemyError)
 
@@ -113,8 +157,13 @@ def failed_write(e: BaseException) -> BaseException | None:
 
 def write_failure(e: BaseException, url: str) -> UserError:
     """The one line for a failed write to the study database at ``url``: its path and the database's own reason."""
+    return UserError(f"cannot write the study database {redact(url)}: {write_reason(e)}")
+
+
+def write_reason(e: BaseException) -> str:
+    """The database's own reason a write failed (``database or disk is full``)."""
     cause = e.__cause__ if isinstance(e, optuna.exceptions.StorageInternalError) and e.__cause__ else e
-    return UserError(f"cannot write the study database {redact(url)}: {_first_line(cause)}")
+    return _first_line(cause)
 
 
 def _first_line(e: BaseException) -> str:

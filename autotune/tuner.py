@@ -19,7 +19,7 @@ from types import FrameType
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import client_limit, queue, record, results
+from autotune import client_limit, queue, record, results, study_paths, study_terms
 from autotune.artifacts import open_store
 from autotune.budget import AdmissionLock, admit
 from autotune.bringup import deploy_trial, restore_original
@@ -32,7 +32,7 @@ from autotune.pruning import make_pruner
 from autotune.record import TrialRecord
 from autotune.score import METRIC_NAMES
 from autotune.search import Proposal, make_sampler
-from autotune.storage import failed_write, open_storage, redact, refuse_foreign, write_failure
+from autotune.storage import Reserve, failed_write, open_storage, redact, refuse_foreign, write_failure
 from autotune.targets import Target, make_target
 from autotune.trial import Objective, ServerLaunch
 from autotune.warmstart import warm_configs
@@ -55,6 +55,7 @@ class RunOptions:
     restore: bool = True             # leave the target running the best (or original) config
     warm_start: str | None = None    # a study whose best configs a new study measures first
     processes: int | None = None     # the load generator's processes (overrides [workload] processes)
+    forget_host_answers: bool = False  # the answers the hosts gave before are forgotten: each config asked again
 
     def flags(self) -> list[str]:
         """The `autotune run` flags that ask for these options again (for another worker of the study)."""
@@ -63,6 +64,8 @@ class RunOptions:
                             ("--storage", self.storage), ("--processes", self.processes)):
             if value is not None:
                 out += [flag, str(value)]
+        if self.forget_host_answers:
+            out.append("--forget-host-answers")
         return out if self.restore else [*out, "--no-restore"]
 
 
@@ -115,10 +118,13 @@ class Tuner:
         self._stop_reason: str | None = None
         self._progress = Progress(enabled=False)
         self._warm: list[Proposal] = []
+        self._traffic = study_terms.traffic(plan.spec, plan.prompts)
+        self._space = study_terms.space(plan.spec.space)
 
     # -- the run ---------------------------------------------------------------------------------------------
 
     def run(self) -> RunSummary:
+        study_paths.check(self.spec)
         target = make_target(self.plan.target, cwd=self.spec.directory)
         target.preflight(self.spec.engine.command)
         if self.options.warm_start:  # read before anything is written: an unknown study stops the run here
@@ -134,7 +140,7 @@ class Tuner:
                 self.storage = open_storage(self.storage_url, heartbeat=self.spec.heartbeat,
                                             on_stale=queue.stale_trial_callback)
                 refuse_foreign(self.storage, self.spec.name, self.storage_url)
-                self._refuse_other_objective()
+                self._refuse_another_study()
                 setup_logging(self.spec.directory / f"{self.spec.name}.log")
                 try:
                     self._host = self._ask_host(target)
@@ -149,7 +155,8 @@ class Tuner:
                 study = self._open_study()
                 self._progress.update(study)
                 try:
-                    return self._run(study, target)
+                    with Reserve(self.storage_url) as self._reserve:
+                        return self._run(study, target)
                 finally:
                     if not target.keeps_server:
                         target.stop()  # however the run ended, a local server never outlives its tuner
@@ -164,9 +171,10 @@ class Tuner:
             self._progress.close()
             target.close()
 
-    def _refuse_other_objective(self) -> None:
+    def _refuse_another_study(self) -> None:
         """A study resumed under another objective would compare values of two kinds (relative figures against
-        tokens per second): refused before anything is written."""
+        tokens per second), under other traffic measurements of two worlds, and over a space Optuna cannot follow it
+        would stop at its first trial with Optuna's error: refused before anything is written (study_terms.py)."""
         try:
             study = optuna.load_study(study_name=self.spec.name, storage=self.storage)
         except KeyError:
@@ -176,12 +184,15 @@ class Tuner:
             raise UserError(f"study {self.spec.name!r} in {redact(self.storage_url)} was created with objective = "
                             f"{stored!r}, the study file now says {self.spec.objective!r}: put {stored!r} back, or "
                             "give the study a new name")
+        study_terms.refuse_other_traffic(self.spec.name, self.storage_url, record.study.traffic(study),
+                                         self._traffic)
+        study_terms.space_change(self.spec.name, self.storage_url, record.study.space(study)[0], self._space)
 
     def _ask_host(self, target: Target) -> HostResolver:
         """The engine on the target, asked about the baseline before anything runs: whether it can answer, and
         the GPU there, which the engine's rules take from here on (hostresolve.py)."""
         host = HostResolver(self.plan.engine, target, self.spec.engine.command, self.plan.target.env,
-                            should_stop=self._should_stop)
+                            self.plan.space.params, should_stop=self._should_stop)
         space = self.plan.space
         try:
             baseline = space.baseline()
@@ -211,10 +222,15 @@ class Tuner:
                     warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
                     study.set_metric_names(METRIC_NAMES[spec.objective])
             trials = study.get_trials(deepcopy=False)
+            self._record_terms(study, len(trials))
             study.sampler = make_sampler(spec, self.plan.space, len(trials))
             log.info("study %s: %s %s, storage %s, target %s (%s)", spec.name, "created" if created else "resumed",
                      f"{len(results.launches(trials))}/{self.budget} launches done", redact(self.storage_url),
                      self.plan.target.name, self.plan.target.kind)
+            if self.options.forget_host_answers:
+                forgotten = record.study.forget_host_answers(study)
+                log.info("--forget-host-answers: %d kept answer%s of the host forgotten; each config is asked again",
+                         forgotten, "" if forgotten == 1 else "s")
             if not queue.has_baseline(study):
                 self._queue_start(study)
             elif self.options.warm_start:
@@ -222,6 +238,21 @@ class Tuner:
                          self.options.warm_start, spec.name)
             queue.sweep(study, self.plan.target.name)
         return study
+
+    def _record_terms(self, study: optuna.Study, trials: int) -> None:
+        """The traffic and space a new study measures, and a space changed since (searched from trial ``trials``
+        on); a study an older autotune created takes the study file's as its own."""
+        if record.study.traffic(study) is None:
+            record.study.set_traffic(study, self._traffic)
+        stored = record.study.space(study)[0]
+        if stored is None:
+            record.study.set_space(study, self._space, 0)
+            return
+        change = study_terms.space_change(self.spec.name, self.storage_url, stored, self._space)
+        if change:
+            record.study.set_space(study, self._space, trials)
+            log.info("study %s: the space changed (%s): searched as it is now from trial %d on", self.spec.name,
+                     change, trials)
 
     def _queue_start(self, study: optuna.Study) -> None:
         """A new study's first configs: the baseline, then an earlier study's best (--warm-start) or the engine's
@@ -241,6 +272,7 @@ class Tuner:
                               host=lambda candidate: host.effective(candidate.args, candidate.key, study))
         admission = AdmissionLock(self.storage, self.storage_url, self.spec.name)
         objective.on_start = admission.release
+        objective.free_space = self._reserve.release
         try:
             try:
                 stopped_by = self._trials(study, objective, admission)
@@ -270,6 +302,7 @@ class Tuner:
             if self.deadline is not None and time.time() >= self.deadline:
                 return "deadline"
             with admission:
+                queue.queue_confirmation(study, self.plan, self.budget)
                 queue.queue_adaptive(study, self.plan, self.budget)
                 verdict = admit(study, self.budget, self.storage.get_heartbeat_interval() is not None)
                 if verdict != "run":
@@ -287,6 +320,8 @@ class Tuner:
                 continue
             trial = finished[0]
             self._report(study, trial)
+            if objective.unstored is not None:
+                raise objective.unstored  # recorded as failed in the room kept for it: the database takes no more
             failed = trial.state == TrialState.FAIL and not self._stop_reason
             if failed and TrialRecord.of(trial).reason == "baseline_pending":
                 self._sleep(WAIT_FOR_OTHERS)  # the study's order, not a failing host: no backoff

@@ -17,6 +17,7 @@ from autotune.bench.traffic import REPLY_CHARS_PER_TOKEN, TrafficRequest
 from autotune.engines import ArgValue, Engine
 from autotune.errors import UserError
 from autotune.study import StudySpec
+from autotune.visible import visible
 
 #: the most characters a token holds in practice (long English words, runs of spaces in code): the estimate a
 #: request's length is refused by
@@ -96,7 +97,7 @@ def text(view: dict[str, Any]) -> str:
         f"output tokens ({view['output_from_data']} of {view['requests']} from the data): {q(view['output_tokens'])}",
         "temperature: " + ", ".join(f"{k} x{v}" for k, v in view["temperature"].items()),
         "top_p: " + ", ".join(f"{'server default' if k == 'None' else k} x{v}" for k, v in view["top_p"].items()),
-        "categories: " + ", ".join(f"{k} {v}" for k, v in view["categories"].items()),
+        "categories: " + ", ".join(f"{visible(k)} {v}" for k, v in view["categories"].items()),
         "each level's measurement: " + ", ".join(
             f"{'single stream' if c == '1' else 'c=' + c} {n}" for c, n in view["window_requests"].items())
         + f" requests (warm-up {view['warmup']}; repeats {view['repeats'][0]}-{view['repeats'][1]})",

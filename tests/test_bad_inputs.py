@@ -14,6 +14,7 @@ import re
 import sqlite3
 import sys
 import threading
+import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,8 +23,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from autotune import study_terms
+from autotune.bench.traffic import parse
 from autotune.cli import main
+from autotune.plan import requests_of
 from autotune.record import study as record_study
+from autotune.study import parse_study
 from autotune.testing.ports import free_port
 from tests.support.cli import run_autotune
 from tests.support.study_texts import VALID
@@ -81,6 +86,10 @@ class Case:
     setup: Callable[[Path], None] | None = None
 
 
+#: the command a case runs when running the study would start a server had the input been taken
+VALIDATE = ("validate", "--study", "S")
+
+
 def run(argv: tuple[str, ...], pattern: str, **kw: object) -> Case:
     return Case(argv=argv, pattern=pattern, **kw)  # type: ignore[arg-type]
 
@@ -115,6 +124,30 @@ def interrupted_trial(directory: Path) -> None:
             state=state, value=1.0 if state == TrialState.COMPLETE else None,
             user_attrs={**attrs, "config": {"model-path": "/m", "port": 31555},
                         "command": ["autotune-sim", "--model-path", "/m", "--port", "31555"]}))
+
+
+def study_of(then: str, dataset: str | None = None) -> Callable[[Path], None]:
+    """The study file's own study as `autotune run` created it from the study file ``then`` (whose dataset, when
+    it named one, held ``dataset``)."""
+    def make(directory: Path) -> None:
+        autotunes_study(directory)
+        study = optuna.load_study(study_name="S", storage=f"sqlite:///{directory / 'S.db'}")
+        spec = parse_study(tomllib.loads(then), directory / "S.toml")
+        requests = parse(dataset, "d.jsonl") if dataset is not None else requests_of(spec)
+        record_study.set_traffic(study, study_terms.traffic(spec, requests))
+        record_study.set_space(study, study_terms.space(spec.space), 0)
+    return make
+
+
+def planted(name: str, directory_link: bool) -> Callable[[Path], None]:
+    """A link planted beside the study as ``name``, to a file (or a directory) elsewhere: what autotune would write
+    there would land in the link's target."""
+    def plant(directory: Path) -> None:
+        victim = directory / "elsewhere"
+        victim.mkdir()
+        (victim / "keep.txt").write_text("not autotune's\n")
+        (directory / name).symlink_to(victim if directory_link else victim / "keep.txt")
+    return plant
 
 
 def not_a_database(directory: Path) -> None:
@@ -209,7 +242,15 @@ CASES: dict[str, Case] = {
     "target env not a table": Case(target_key('env = "X=1"'), pattern=r"\[target\] env: must be a table"),
     "ssh without host": Case(edit('host = "gpu1"\n', "", SSH), pattern=r"\[target\] host: is required"),
     "host is an option": Case(edit('host = "gpu1"', 'host = "-oProxyCommand=touch /tmp/pwned"', SSH),
-                              pattern=r"\[target\] host: must be a host name or address"),
+                              pattern=r"\[target\] host: must be a host name"),
+    "host opens with a dash": Case(edit('host = "gpu1"', 'host = "-oProxyCommand=x"', SSH),
+                                   pattern=r"\[target\] host: must be a host name \(labels of letters, digits, '-' and "
+                                           r"'_' between dots, none opening or closing with '-'\) or an IP address, "
+                                           r"got '-oProxyCommand=x'$"),
+    "host with an empty label": Case(edit('host = "gpu1"', 'host = "gpu1..lan"', SSH),
+                                     pattern=r"\[target\] host: must be a host name"),
+    "host with an option as its scope": Case(edit('host = "gpu1"', 'host = "fe80::1%-oProxyCommand=x"', SSH),
+                                             pattern=r"\[target\] host: must be a host name"),
     "host with a space": Case(edit('host = "gpu1"', 'host = "gpu1 gpu2"', SSH), pattern=r"\[target\] host: must be"),
     "host with a newline": Case(edit('host = "gpu1"', 'host = "gpu1\\n"', SSH), pattern=r"\[target\] host: must be"),
     "user": Case(target_key('user = "root;id"', SSH), pattern=r"\[target\] user: must be a login"),
@@ -455,6 +496,35 @@ CASES: dict[str, Case] = {
         workload('dataset = "d.jsonl"'),
         files={"d.jsonl": '{"messages": [{"role": "user", "content": "Hi"}]}\n{"prompt": "a"}\n'},
         pattern=r"d\.jsonl: line 2: a raw prompt among chat requests"),
+    "dataset lone surrogate": Case(
+        argv=VALIDATE, study=workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"messages": [{"role": "user", "content": "Hi"}]}\n{"messages": [{"role": "system", '
+                          '"content": "S"}, {"role": "user", "content": "a\\ud800"}]}\n'},
+        pattern=r"d\.jsonl: line 2: message 2: a lone surrogate \\ud800 at character 2: not a character"),
+    "dataset lone surrogate in a prompt": Case(
+        argv=VALIDATE, study=workload('dataset = "d.jsonl"'), files={"d.jsonl": '{"prompt": "\\udfff x"}\n'},
+        pattern=r"d\.jsonl: line 1: \"prompt\": a lone surrogate \\udfff at character 1"),
+    "prompts lone surrogate": Case(argv=VALIDATE, study=workload('prompts = "p.jsonl"'),
+                                   files={"p.jsonl": '{"prompt": "ok \\ud83d"}\n'},
+                                   pattern=r"p\.jsonl: line 1: \"prompt\": a lone surrogate \\ud83d at character 4"),
+    "dataset empty user message": Case(
+        argv=VALIDATE, study=workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"messages": [{"role": "system", "content": "Be brief."}, {"role": "user", "content": " "}]}'
+                          '\n'},
+        pattern=r"d\.jsonl: line 1: message 2: an empty user message: a user turn, like a raw prompt, must say "
+                r"something"),
+    "dataset empty human turn": Case(
+        argv=VALIDATE, study=workload('dataset = "d.json"'),
+        files={"d.json": '[{"conversations": [{"from": "human", "value": ""}, {"from": "gpt", "value": "Hi"}]}]'},
+        pattern=r"d\.json: item 1: turn 1: an empty human turn"),
+    "dataset a number of 5000 digits": Case(
+        argv=VALIDATE, study=workload('dataset = "d.jsonl"'),
+        files={"d.jsonl": '{"prompt": "a", "id": ' + "7" * 5000 + '}\n'},
+        pattern=r"d\.jsonl: line 1: a number of 5000 digits; at most 4300 are read"),
+    "prompts a number of 4301 digits": Case(
+        argv=VALIDATE, study=workload('prompts = "p.jsonl"'),
+        files={"p.jsonl": '{"prompt": "a"}\n{"prompt": "b", "n": -' + "1" * 4301 + '}\n'},
+        pattern=r"p\.jsonl: line 2: a number of 4301 digits; at most 4300 are read"),
     "dataset a FIFO": Case(workload('dataset = "fifo.jsonl"'), setup=lambda d: os.mkfifo(d / "fifo.jsonl"),
                            pattern=r"\[workload\] dataset: .*fifo\.jsonl is not a regular file"),
     "dataset a device": Case(workload('dataset = "/dev/zero"'),
@@ -584,6 +654,41 @@ CASES: dict[str, Case] = {
     "storage not a database": run(("status", "--study", "S", "--storage", "sqlite:///junk.db"),
                                   r"cannot open storage sqlite:///.*junk\.db: file is not a database",
                                   setup=not_a_database),
+    **{f"{name} a planted link": Case(setup=planted(name, directory_link), pattern=rf".*/{re.escape(name)} is a "
+                                      rf"symbolic link \(to .*elsewhere.*\): autotune writes the study's {what} there "
+                                      "itself and follows no link; remove the link$")
+       for name, directory_link, what in (("S.log", False, "event log"), ("S-logs", True, "server logs"),
+                                          ("S-artifacts", True, "trials' artifacts"))},
+    **{f"{name} a planted link for restore": run(("restore", "--study", "S"), rf".*/{name} is a symbolic link",
+                                               setup=planted(name, False))
+       for name in ("S.log", "S-logs")},
+    "event log a directory": Case(setup=lambda d: (d / "S.log").mkdir(),
+                                  pattern=r".*/S\.log is not a regular file: autotune keeps the study's event log "
+                                          r"there; move it away$"),
+    "server logs a file": Case(setup=lambda d: (d / "S-logs").write_text("x"),
+                               pattern=r".*/S-logs is not a directory: autotune keeps the study's server logs there"),
+    "study resumed under other traffic": Case(
+        workload('dataset = "d.jsonl"'), files={"d.jsonl": '{"prompt": "Once upon a time"}\n'},
+        setup=study_of(workload('dataset = "d.jsonl"'),
+                       '{"prompt": "Once upon a time"}\n{"prompt": "In a land far away"}\n'),
+        pattern=r"study 'S' in sqlite:///.*S\.db was created with other traffic: 2 requests of d\.jsonl \(digest "
+                r"[0-9a-f]{16}\), the study file now sends 1 requests of d\.jsonl \(digest [0-9a-f]{16}\); its "
+                r"measurements and baseline are of that traffic: put it back, or give the study a new name "
+                r"\(--warm-start S measures its best configs first\)$"),
+    "study resumed at other loads": Case(
+        workload("concurrency = [1, 8]"), setup=study_of(VALID),
+        pattern=r"study 'S' in sqlite:///.*S\.db was created with other traffic: concurrency = \[1, 8, 32\], the "
+                r"study file now sends concurrency = \[1, 8\]"),
+    "study resumed with other choices": Case(
+        space('[space.page-size]\ntype = "categorical"\nchoices = [1, 16, 64]'),
+        setup=study_of(space('[space.page-size]\ntype = "categorical"\nchoices = [1, 16]')),
+        pattern=r"study 'S' in sqlite:///.*S\.db was created with \[space\.page-size\] choices = \[1, 16\], the "
+                r"study file now says \[1, 16, 64\]: a study keeps its choices for its life \(Optuna's rule\); put "
+                r"it back, or give the study a new name \(--warm-start S measures its best configs first\)$"),
+    "study resumed with another type": Case(
+        space('[space.page-size]\ntype = "int"\nlow = 1\nhigh = 16'),
+        setup=study_of(space('[space.page-size]\ntype = "categorical"\nchoices = [1, 16]')),
+        pattern=r"was created with \[space\.page-size\] type = \"categorical\", the study file now says \"int\""),
     "study resumed under another objective": Case(study_key('objective = "single"'), setup=autotunes_study,
                                                   pattern=r"study 'S' in sqlite:///.*S\.db was created with objective "
                                                           r"= 'weighted', the study file now says 'single': put "

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import json
 import logging
+import shlex
 import subprocess
 import sys
 from pathlib import Path
@@ -79,7 +80,8 @@ def test_answers_are_kept_in_the_study_for_a_resumed_run(tmp_path: Path, caplog:
 
 
 def _engine_python(command: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(["sh", "-c", f"CMD={command}\n{FIND_ENGINE_PYTHON}\necho \"$EPY\""],
+    """The words of the python that runs ``command``, one a line (FIND_ENGINE_PYTHON)."""
+    return subprocess.run(["sh", "-c", f"CMD={shlex.quote(command)}\n{FIND_ENGINE_PYTHON}\nprintf '%s\\n' \"$@\""],
                           capture_output=True, text=True, check=False)
 
 
@@ -90,13 +92,29 @@ def test_the_python_of_a_server_command(tmp_path: Path) -> None:
     script.write_text("#!/usr/bin/env python3\nprint()\n")
     for path in (trampoline, script):
         path.chmod(0o755)
-    assert _engine_python(str(trampoline)).stdout.strip() == "/opt/a very long/venv/bin/python"
-    assert _engine_python(str(script)).stdout.strip() == "/usr/bin/env python3"
-    assert _engine_python("/usr/bin/python3").stdout.strip() == "/usr/bin/python3"
+    assert _engine_python(str(trampoline)).stdout.splitlines() == ["/opt/a very long/venv/bin/python"]
+    assert _engine_python(str(script)).stdout.splitlines() == ["/usr/bin/env", "python3"]
+    assert _engine_python("/usr/bin/python3").stdout.splitlines() == ["/usr/bin/python3"]
+    assert _engine_python("/opt/my env/bin/python3.11").stdout.splitlines() == ["/opt/my env/bin/python3.11"]
     binary = _engine_python("/bin/ls")
     assert binary.returncode == 126 and "/bin/ls is not a Python program" in binary.stderr
     missing = _engine_python(str(tmp_path / "nothing"))
     assert missing.returncode == 127 and "is not found" in missing.stderr
+
+
+def test_a_server_python_whose_path_has_a_space_answers(tmp_path: Path) -> None:
+    """The python of ``/opt/my envs/py */bin/python3 -m sglang.launch_server`` is one word, spaces and a glob
+    character included: asked, it answers (split, it was not found, and the host said it could not answer)."""
+    where = tmp_path / "my envs" / "py *" / "bin"
+    where.mkdir(parents=True)
+    (where / "python3").symlink_to(sys.executable)
+    target = LocalTarget(LocalSpec(engine="sglang"), cwd=tmp_path)
+    question = ENGINE.host.question([str(where / "python3"), "-m", "autotune.sim"], ["--model-path", "/m"])
+    assert not isinstance(question, str) and question.launcher == str(where / "python3")
+    done = target.run_engine_program(question.launcher, "engine_resolve",
+                                     json.dumps({**question.request, "op": "resolve"}).encode(), 60)
+    assert done.ok, done.stderr[-2000:]
+    assert json.loads(done.stdout.splitlines()[-1])["answer"] == "resolved"
 
 
 def test_the_emulator_answers_as_sglang_does(tmp_path: Path) -> None:

@@ -15,7 +15,7 @@ import pytest
 
 from autotune.testing.ports import free_port
 from autotune.testing.studies import write_study
-from tests.support.cli import run_autotune, start_run, wait_for_line
+from tests.support.cli import run_autotune, start_run, status, wait_for_line
 
 
 def _mount(*args: str) -> None:
@@ -103,6 +103,9 @@ def test_a_measurement_the_database_would_not_take_is_kept(tmp_path: Path) -> No
         finally:
             if proc.poll() is None:
                 proc.kill()
+        (disk / "filler").unlink()
+        trials = status(study)["trials"]
+        left = sorted(p.name for p in disk.iterdir())
     finally:
         subprocess.run(["umount", "-l", str(disk)], check=False)
     one_line((proc.returncode, out, err), rf"autotune: error: cannot write the study database sqlite:///{db}: "
@@ -111,3 +114,10 @@ def test_a_measurement_the_database_would_not_take_is_kept(tmp_path: Path) -> No
     assert kept, out[-2000:]
     figures = json.loads(kept.group(1))
     assert figures["params"] and figures["metrics"]["single_tok_s"] > 0, figures
+    # ended, not left running for the next start to measure again unannounced: failed, with where its figures are,
+    # and its config queued once more (the room kept beside the database took these last writes, and is given back)
+    one = trials[1]
+    assert one["state"] == "FAIL" and one["reason"] == "not_stored", one
+    assert "database or disk is full" in one["detail"] and "measured but not stored" in one["detail"], one
+    assert [t["state"] for t in trials if t["retry_of"] == 1] == ["WAITING"], trials
+    assert "t.db.reserve" not in left, left

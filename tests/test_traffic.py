@@ -16,7 +16,8 @@ import pytest
 
 from autotune.bench.measure import Bench
 from autotune.bench.traffic import parse
-from autotune.bench.workload import load_traffic
+from autotune.bench.workload import load_prompts, load_traffic
+from autotune.errors import UserError
 from autotune.plan import Plan, make_plan
 from autotune.report.summary import _categories
 from autotune.study import load_study
@@ -67,6 +68,26 @@ def test_sharegpt_prompts_end_at_the_last_human_turn_and_the_reply_sets_the_leng
 def test_raw_prompts_stay_raw() -> None:
     (r,) = parse('{"prompt": "Once upon a time", "max_tokens": 12}\n', "p.jsonl")
     assert not r.chat and r.prompt == "Once upon a time" and r.max_tokens == 12
+
+
+def test_a_line_ends_only_where_jsonl_says_and_a_byte_order_mark_is_no_text(tmp_path: Path) -> None:
+    """U+2028 and U+0085 are valid inside a JSON string (str.splitlines cut lines there); a UTF-8 byte-order mark
+    opens many files written on Windows; CRLF and CR end lines as LF does, and lines are counted as an editor counts
+    them."""
+    lines = ['{"prompt": "one\u2028two"}', '{"prompt": "three\u0085four", "category": "a\u2029b"}',
+             '{"prompt": "five"}', "nope"]
+    data = ("\ufeff" + lines[0] + "\r\n" + lines[1] + "\r" + lines[2] + "\n\n" + lines[3] + "\n").encode()
+    (tmp_path / "d.jsonl").write_bytes(data)
+    with pytest.raises(UserError, match=r"d\.jsonl: line 5: not valid JSON"):
+        load_traffic("d.jsonl", tmp_path)
+    (tmp_path / "d.jsonl").write_bytes(data.replace(b"nope", b""))
+    got = load_traffic("d.jsonl", tmp_path)
+    assert [(r.prompt, r.line) for r in got] == [("one\u2028two", 1), ("three\u0085four", 2), ("five", 3)]
+    (tmp_path / "p.jsonl").write_bytes("\ufeff".encode() + data.replace(b"nope", b"").lstrip(b"\xef\xbb\xbf"))
+    assert load_prompts("p.jsonl", tmp_path) == ["one\u2028two", "three\u0085four", "five"]
+    (array,) = parse("\ufeff" + json.dumps([{"conversations": [{"from": "human", "value": "a\u2028b"},
+                                                              {"from": "gpt", "value": "ok"}]}]), "s.json")
+    assert array.messages == (("user", "a\u2028b"),)
 
 
 def _dataset(rng: random.Random, n: int) -> list[dict]:

@@ -15,11 +15,17 @@ Formats, told apart by what each line (or the whole file) holds:
 Any line may carry ``"category"`` (a word: the report groups figures by it). One dataset holds chat requests or raw
 prompts, not both (a level sends to one endpoint). Every problem is one ``UserError`` line naming the file, the line
 and what is wrong.
+
+A JSONL line ends at a line feed, a carriage return or both (``json_lines``), never at a separator JSON lets a string
+hold (U+2028, U+0085: ``str.splitlines`` would cut such a line in two). Every text that is sent must be one a server
+can decode (``sendable``: no lone surrogate, which JSON's ``\\ud800`` escape can carry), and every user turn, like
+every raw prompt, must say something.
 """
 from __future__ import annotations
 
 import json
 import math
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -37,6 +43,57 @@ SHAREGPT_ROLES = {"human": "user", "user": "user", "gpt": "assistant", "chatgpt"
                   "bard": "assistant", "assistant": "assistant", "system": "system"}
 #: endpoints a batch line may name
 BATCH_URLS = ("/v1/chat/completions", "/v1/completions")
+#: what ends a JSONL line (a line feed, a carriage return, or both): the breaks JSON never lets a string hold raw
+LINE_END = re.compile(r"\r\n|\r|\n")
+#: the longest whole number read: Python's own limit for turning digits into an int
+MAX_DIGITS = 4300
+
+
+class _LongNumber(ValueError):
+    """A whole number past ``MAX_DIGITS`` in the JSON: named as what it is, not as broken JSON."""
+
+    def __init__(self, digits: int) -> None:
+        super().__init__(digits)
+        self.digits = digits
+
+
+def _whole(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    if digits > MAX_DIGITS:
+        raise _LongNumber(digits)
+    return int(text)
+
+
+def json_value(text: str, at: str, hint: str) -> Any:
+    """``text`` parsed as JSON; one ``UserError`` line at ``at`` when it is not (``hint``: what the file should
+    hold), a whole number too long to read named as such."""
+    try:
+        return json.loads(text, parse_int=_whole)
+    except _LongNumber as e:
+        raise UserError(f"{at}: a number of {e.digits} digits; at most {MAX_DIGITS} are read") from None
+    except (ValueError, RecursionError) as e:
+        line = getattr(e, "lineno", None)
+        where = at if line is None or ": line " in at else f"{at}: line {line}"
+        raise UserError(f"{where}: not valid JSON {hint}") from None
+
+
+def json_lines(text: str, where: str, hint: str) -> Iterator[tuple[int, Any]]:
+    """The JSON value of each non-blank line of ``text`` (JSONL), with its line number; a leading byte-order mark
+    is no part of the first line."""
+    for n, line in enumerate(LINE_END.split(text.removeprefix("\ufeff")), 1):
+        if line.strip():
+            yield n, json_value(line, f"{where}: line {n}", hint)
+
+
+def sendable(text: str, at: str) -> str:
+    """``text``, refused at ``at`` when it holds a lone surrogate (JSON's ``\\ud800`` escape reads into one): no
+    UTF-8 encodes it, so a server would refuse every request that carries it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{at}: a lone surrogate \\u{ord(text[e.start]):04x} at character {e.start + 1}: not a "
+                        "character (no UTF-8 encodes it; a server refuses the request)") from None
+    return text
 
 
 @dataclass(frozen=True)
@@ -74,6 +131,7 @@ def raw(prompt: str) -> TrafficRequest:
 
 def parse(text: str, where: str) -> list[TrafficRequest]:
     """The requests of a dataset's text (``where`` names it in errors)."""
+    text = text.removeprefix("\ufeff")
     stripped = text.lstrip()
     if not stripped:
         raise UserError(f"{where}: empty: a dataset needs at least one request (JSONL: one JSON object a line)")
@@ -101,23 +159,12 @@ def parse(text: str, where: str) -> list[TrafficRequest]:
 
 
 def _lines(text: str, where: str) -> Iterator[tuple[int, Any]]:
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            yield n, json.loads(line)
-        except (ValueError, RecursionError):
-            raise UserError(f"{where}: line {n}: not valid JSON (or nested too deeply); a dataset is JSONL (one "
-                            "JSON object a line) or a ShareGPT JSON array") from None
+    return json_lines(text, where, "(or nested too deeply); a dataset is JSONL (one JSON object a line) or a "
+                                   "ShareGPT JSON array")
 
 
 def _array(text: str, where: str) -> Iterator[tuple[int, Any]]:
-    try:
-        data = json.loads(text)
-    except (ValueError, RecursionError) as e:
-        line = getattr(e, "lineno", None)
-        raise UserError(f"{where}: line {line or 1}: not valid JSON (a dataset that opens with '[' is a ShareGPT "
-                        "JSON array)") from None
+    data = json_value(text, where, "(a dataset that opens with '[' is a ShareGPT JSON array)")
     for i, item in enumerate(data, 1):
         yield i, item  # a JSON array's items are numbered in place of lines
 
@@ -144,7 +191,7 @@ def _category(item: dict[str, Any], at: str) -> str | None:
         return None
     if not isinstance(value, str) or not value.strip() or len(value) > 40:
         raise UserError(f"{at}: \"category\" must be a short non-empty string")
-    return value.strip()
+    return sendable(value.strip(), f"{at}: \"category\"")
 
 
 def _chat(body: dict[str, Any], n: int, at: str, category: str | None) -> TrafficRequest:
@@ -156,6 +203,7 @@ def _chat(body: dict[str, Any], n: int, at: str, category: str | None) -> Traffi
         if not isinstance(m, dict) or m.get("role") not in ROLES:
             raise UserError(f"{at}: message {i}: needs a \"role\" of {', '.join(ROLES)}")
         out.append((m["role"], _content(m.get("content"), f"{at}: message {i}")))
+    _said(out, at, "message", "user message")
     if not any(role == "user" for role, _ in out):
         raise UserError(f"{at}: no user message: a chat request needs at least one message with role \"user\"")
     if out[-1][0] == "assistant":
@@ -164,10 +212,19 @@ def _chat(body: dict[str, Any], n: int, at: str, category: str | None) -> Traffi
                           **_sampling(body, at))
 
 
+def _said(messages: list[tuple[str, str]], at: str, label: str, what: str) -> None:
+    """Refuse an empty user turn (``what``: as the format names it), as an empty raw prompt is refused: what it
+    would measure is the chat template, not the traffic."""
+    for i, (role, text) in enumerate(messages, 1):
+        if role == "user" and not text.strip():
+            raise UserError(f"{at}: {label} {i}: an empty {what}: a user turn, like a raw prompt, must say something "
+                            "(an empty one measures the chat template, not the traffic)")
+
+
 def _content(content: Any, at: str) -> str:
     """A message's text: a string, or OpenAI's list of parts (text parts only)."""
     if isinstance(content, str):
-        return content
+        return sendable(content, at)
     if isinstance(content, list):
         texts = []
         for part in content:
@@ -175,7 +232,7 @@ def _content(content: Any, at: str) -> str:
                 raise UserError(f"{at}: content parts must be {{\"type\": \"text\", \"text\": ...}} (autotune sends "
                                 "text only)")
             texts.append(part["text"])
-        return "".join(texts)
+        return sendable("".join(texts), at)
     raise UserError(f"{at}: \"content\" must be a string or a list of text parts")
 
 
@@ -183,8 +240,8 @@ def _completion(body: dict[str, Any], n: int, at: str, category: str | None) -> 
     prompt = body.get("prompt")
     if not isinstance(prompt, str) or not prompt.strip():
         raise UserError(f"{at}: needs a non-empty string field \"prompt\"")
-    return TrafficRequest(prompt=prompt, max_tokens=_max_tokens(body, at), line=n, category=category,
-                          **_sampling(body, at))
+    return TrafficRequest(prompt=sendable(prompt, f"{at}: \"prompt\""), max_tokens=_max_tokens(body, at), line=n,
+                          category=category, **_sampling(body, at))
 
 
 def _batch(item: dict[str, Any], n: int, at: str, category: str | None) -> TrafficRequest:
@@ -213,10 +270,11 @@ def _sharegpt(item: dict[str, Any], n: int, at: str, category: str | None) -> Tr
         value = turn.get("value") if isinstance(turn, dict) else None
         if role is None or not isinstance(value, str):
             raise UserError(f"{at}: turn {i}: needs \"from\" (human, gpt or system) and a string \"value\"")
-        messages.append((role, value))
+        messages.append((role, sendable(value, f"{at}: turn {i}")))
     last_user = max((i for i, (role, _) in enumerate(messages) if role == "user"), default=None)
     if last_user is None:
         raise UserError(f"{at}: no human turn: the turns up to the last human turn are the prompt")
+    _said(messages[:last_user + 1], at, "turn", "human turn")
     reply = next((text for role, text in messages[last_user + 1:] if role == "assistant"), None)
     if reply is None or not reply.strip():
         raise UserError(f"{at}: nothing to generate: no reply follows the last human turn (its length is the "

@@ -8,7 +8,6 @@ matching.
 """
 from __future__ import annotations
 
-import json
 import os
 import random
 import stat
@@ -16,7 +15,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Generic, TypeVar
 
-from autotune.bench.traffic import TrafficRequest, parse
+from autotune.bench.traffic import TrafficRequest, json_lines, parse, sendable
 from autotune.errors import UserError
 
 #: the largest prompts file or dataset read (a bigger one is refused, not read in part)
@@ -79,17 +78,11 @@ def load_prompts(source: str, base: Path) -> list[str]:
         text = read_text(path, "prompts")
         where = str(path)
     prompts = []
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            item = json.loads(line)
-        except (ValueError, RecursionError):
-            raise UserError(f"{where}: line {n}: not valid JSON (or nested too deeply)") from None
+    for n, item in json_lines(text, where, "(or nested too deeply)"):
         prompt = item.get("prompt") if isinstance(item, dict) else None
         if not isinstance(prompt, str) or not prompt.strip():
             raise UserError(f"{where}: line {n}: needs a non-empty string field \"prompt\"")
-        prompts.append(prompt)
+        prompts.append(sendable(prompt, f"{where}: line {n}: \"prompt\""))
     if not prompts:
         raise UserError(f"{where}: no prompts")
     if len(set(prompts)) != len(prompts):

@@ -1,5 +1,6 @@
-"""The study's own record: its objective and study file, the baseline's figures the relative objectives divide by,
-and the configs a new study measures after its baseline (its opening)."""
+"""The study's own record: its objective and study file, the traffic and space it was created with (study_terms.py),
+the baseline's figures the relative objectives divide by, the configs a new study measures after its baseline (its
+opening), and the answers of the engine on the target (hostresolve.py)."""
 from __future__ import annotations
 
 from collections.abc import Mapping
@@ -44,6 +45,28 @@ def objective(study: optuna.Study) -> str | None:
     return study.user_attrs.get("objective")
 
 
+def traffic(study: optuna.Study) -> dict[str, Any] | None:
+    """The traffic the study measures (study_terms.traffic; None: an older autotune recorded none)."""
+    return study.user_attrs.get("traffic")
+
+
+def set_traffic(study: optuna.Study, terms: Mapping[str, Any]) -> None:
+    study.set_user_attr("traffic", dict(terms))
+
+
+def space(study: optuna.Study) -> tuple[dict[str, Any] | None, int]:
+    """The space the study searches (study_terms.space; None: an older autotune recorded none) and the first trial
+    number searched under it."""
+    attrs = study.user_attrs
+    return attrs.get("space"), int(attrs.get("space_since") or 0)
+
+
+def set_space(study: optuna.Study, terms: Mapping[str, Any], since: int) -> None:
+    """The space searched from trial ``since`` on."""
+    study.set_user_attr("space", dict(terms))
+    study.set_user_attr("space_since", since)
+
+
 def reference(study: optuna.Study) -> dict[str, Any] | None:
     """The baseline's figures the weighted objective divides by (None until the baseline is measured)."""
     return study.user_attrs.get("reference")
@@ -64,18 +87,39 @@ def set_opening(study: optuna.Study, configs: list[dict[str, Any]]) -> None:
     study.set_user_attr("opening", configs)
 
 
+#: the study attr that counts the times its hosts' answers were forgotten (`run --forget-host-answers`): an answer
+#: kept before the last time is forgotten
+FORGOTTEN = "host_answers_forgotten"
+_HOST_ANSWER = "host_answer:"
+
+
 def _host_attr(key: str) -> str:
-    return "host_answer:" + hashlib.sha256(key.encode()).hexdigest()[:20]
+    return _HOST_ANSWER + hashlib.sha256(key.encode()).hexdigest()[:20]
 
 
 def host_answer(study: optuna.Study, key: str) -> dict[str, Any] | None:
     """What the engine on the target answered when asked about the config of ``key`` before its launch
-    (``set_host_answer``); None when it was never asked."""
-    answer = study.user_attrs.get(_host_attr(key))
-    return answer if isinstance(answer, dict) and answer.get("config_key") == key else None
+    (``set_host_answer``); None when it was never asked, or the answer was forgotten since."""
+    attrs = study.user_attrs
+    answer = attrs.get(_host_attr(key))
+    if not isinstance(answer, dict) or answer.get("config_key") != key:
+        return None
+    return answer if answer.get("forgotten", 0) == attrs.get(FORGOTTEN, 0) else None
 
 
 def set_host_answer(study: optuna.Study, key: str, answer: Mapping[str, Any]) -> None:
     """Keep the engine's answer for the config of ``key`` (``{"answer": "resolved", "changes": {flag: value}}``
-    or ``{"answer": "rejected", "message": ...}``), so that no worker, and no resumed run, asks again."""
-    study.set_user_attr(_host_attr(key), {**mask_mapping(answer), "config_key": key})
+    or ``{"answer": "rejected", "message": ...}``, with the ``"host"`` that gave it), so that no worker, and no
+    resumed run, asks again."""
+    study.set_user_attr(_host_attr(key), {**mask_mapping(answer), "config_key": key,
+                                          "forgotten": study.user_attrs.get(FORGOTTEN, 0)})
+
+
+def forget_host_answers(study: optuna.Study) -> int:
+    """Forget every answer kept so far (each config is asked again); how many there were."""
+    attrs = study.user_attrs
+    rounds = attrs.get(FORGOTTEN, 0)
+    kept = sum(1 for name, answer in attrs.items() if name.startswith(_HOST_ANSWER) and isinstance(answer, dict)
+               and answer.get("forgotten", 0) == rounds)
+    study.set_user_attr(FORGOTTEN, rounds + 1)
+    return kept

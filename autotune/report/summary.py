@@ -18,6 +18,7 @@ from autotune import adaptive_measured, record, results
 from autotune.record import TrialRecord, rate_text
 from autotune.report.plots import PlotResult
 from autotune.study import StudySpec
+from autotune.visible import cell
 
 TOP = 5
 
@@ -249,8 +250,8 @@ def _categories(spec: StudySpec | None, best: TrialRecord | None, base: TrialRec
         for name, f in lv["categories"].items():
             accept = f"{f['accept_length']:.2f}" if f.get("accept_length") else "n/a"
             decode = f"{f['decode_tok_s']:.1f}" if f.get("decode_tok_s") else "n/a"
-            lines.append(f"| {label} | c{lv['concurrency']} | {name} | {f['measured']} | {f['tokens_mean']:.0f} | "
-                         f"{accept} | {decode} |")
+            lines.append(f"| {label} | c{lv['concurrency']} | {cell(name)} | {f['measured']} | "
+                         f"{f['tokens_mean']:.0f} | {accept} | {decode} |")
     return [*lines, "", *note]
 
 

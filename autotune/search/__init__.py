@@ -1,7 +1,7 @@
 """How the next config is chosen: the sampler (sampling.py) and the tuner's own proposals beside it (propose.py:
 neighbours of the leader ranked by a small Gaussian process, local_model.py, over the space's geometry,
 neighbours.py; confirmations), under one set of switches (settings.py)."""
-from autotune.search.propose import Proposal, propose
+from autotune.search.propose import Proposal, confirmation, propose
 from autotune.search.sampling import (
     DEFAULT_STARTUP_TRIALS,
     MODEL_BASED,
@@ -12,5 +12,5 @@ from autotune.search.sampling import (
 )
 from autotune.search.settings import SearchSettings
 
-__all__ = ["DEFAULT_STARTUP_TRIALS", "MODEL_BASED", "Proposal", "SearchSettings", "check_sampler", "initial_design",
-           "make_sampler", "propose", "startup_launches"]
+__all__ = ["DEFAULT_STARTUP_TRIALS", "MODEL_BASED", "Proposal", "SearchSettings", "check_sampler", "confirmation",
+           "initial_design", "make_sampler", "propose", "startup_launches"]

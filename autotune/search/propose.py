@@ -83,11 +83,7 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     launched = results.launches(trials)
     running = sum(1 for t in trials if t.state == TrialState.RUNNING)
     left = budget - len(launched) - running
-    # only configs whose trial names every tuned flag can be queued again exactly (a baseline whose fixed args
-    # leave a tuned flag unset cannot: the sampler would fill it in)
-    names = set(plan.space.names)
-    found = {k: e for k, e in results.estimates(study, trials).items()
-             if names <= set(TrialRecord.of(trials[e.trials[0]]).params)}
+    found = _queueable(study, trials, plan)
     leader = results.top(found)
     if left <= 0 or leader is None:
         return None
@@ -214,6 +210,22 @@ def _predicted(points: list[Point], where: tuple[float, ...], space: Space, sett
 def _rivals(leader: results.Estimate, found: dict[str, results.Estimate]) -> list[results.Estimate]:
     """The leader's close rivals, best first: configs whose 95% intervals overlap the leader's."""
     return sorted((e for e in found.values() if e is not leader and e.overlaps(leader)), key=lambda e: -e.value)
+
+
+def confirmation(study: optuna.Study, trials: list[FrozenTrial], plan: Plan) -> Proposal | None:
+    """The leader's config, or a close rival's, measured once more (each once); None when each was. For a search
+    with nothing left to try and launches left."""
+    found = _queueable(study, trials, plan)
+    leader = results.top(found)
+    return None if leader is None else _confirmation(trials, leader, found)
+
+
+def _queueable(study: optuna.Study, trials: list[FrozenTrial], plan: Plan) -> dict[str, results.Estimate]:
+    """The measured configs' estimates, of the configs whose trial names every tuned flag: only those can be queued
+    again exactly (a baseline whose fixed args leave a tuned flag unset cannot: the sampler would fill it in)."""
+    names = set(plan.space.names)
+    return {k: e for k, e in results.estimates(study, trials).items()
+            if names <= set(TrialRecord.of(trials[e.trials[0]]).params)}
 
 
 def _confirmation(trials: list[FrozenTrial], leader: results.Estimate,

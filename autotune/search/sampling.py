@@ -34,7 +34,31 @@ def make_sampler(spec: StudySpec, space: Space, finished: int) -> optuna.sampler
         return optuna.samplers.GPSampler(n_startup_trials=startup, seed=seed)
     if spec.sampler == "random":
         return optuna.samplers.RandomSampler(seed=seed)
-    return optuna.samplers.GridSampler(space.grid(), seed=seed)
+    return Grid(space.grid(), seed=seed)
+
+
+class Grid(optuna.samplers.GridSampler):
+    """Optuna's grid, which also counts as visited a point an earlier trial tried under another grid: Optuna counts
+    only trials of the same grid (and gives its first trials the point of their own number, tried or not), so a study
+    resumed over a changed space would try again every config it has (each a trial that launches nothing) before
+    the new ones."""
+
+    def before_trial(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> None:
+        if "grid_id" in trial.system_attrs or "fixed_params" in trial.system_attrs:
+            return
+        unvisited = self._get_unvisited_grid_ids(study)
+        if not unvisited or (0 <= trial.number < self._n_min_trials and trial.number in unvisited):
+            super().before_trial(study, trial)  # Optuna's own choice
+            return
+        study._storage.set_trial_system_attr(trial._trial_id, "search_space", self._search_space)
+        study._storage.set_trial_system_attr(trial._trial_id, "grid_id", int(self._rng.rng.choice(unvisited)))
+
+    def _get_unvisited_grid_ids(self, study: optuna.Study) -> list[int]:
+        unvisited = super()._get_unvisited_grid_ids(study)
+        tried = {tuple(t.params.get(n) for n in self._param_names)
+                 for t in study.get_trials(deepcopy=False) if t.state.is_finished()
+                 and set(self._param_names) <= t.params.keys()}
+        return [g for g in unvisited if tuple(self._all_grids[g]) not in tried]
 
 
 def initial_design(spec: StudySpec, space: Space) -> list[dict[str, ArgValue]]:

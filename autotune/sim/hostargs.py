@@ -89,8 +89,8 @@ def prepare_server_args(argv: list[str]) -> _ServerArgs:
 
 def platform(argv: list[str]) -> dict[str, Any]:
     """The emulated host's GPUs (one name each, as nvidia-smi lists them; the compute capability left to be known
-    by the name) and the served model's architecture: the profile's."""
+    by the name) and the served model's architecture and name: the profile's."""
     with contextlib.redirect_stderr(io.StringIO()):
         profile = _parse(argv)[1]
     return {"gpus": [profile.hardware.gpu_name] * max(1, profile.hardware.gpus), "capability": "",
-            "architecture": profile.model.architecture}
+            "architecture": profile.model.architecture, "model": profile.name}

@@ -46,7 +46,7 @@ from autotune.score import (
 )
 from autotune.space import Candidate
 from autotune.redact import mask
-from autotune.storage import WRITE_ERRORS
+from autotune.storage import WRITE_ERRORS, write_reason
 from autotune.trial.decision import Decision, HostCheck, decide
 from autotune.trial.launch import Launch, Measured
 
@@ -86,6 +86,11 @@ class Objective:
         #: called once the trial exists in storage and names its target and its config (the tuner releases the
         #: admission lock)
         self.on_start: Callable[[], None] = lambda: None
+        #: gives back the room kept for the study database's last writes (storage.Reserve); whether there was any
+        self.free_space: Callable[[], bool] = lambda: False
+        #: the database's refusal of a trial's figures, once the trial was recorded failed in the room given back:
+        #: the run stops with it
+        self.unstored: BaseException | None = None
 
     # -- the trial ---------------------------------------------------------------------------------------------
 
@@ -214,9 +219,14 @@ class Objective:
             values = objective_values(spec.objective, measured.metrics, reference, spec.workload.mix)
             constraints = constraint_values(spec.constraints, measured.metrics)
             self._record_measurement(trial, measured, constraints, values)
-        except WRITE_ERRORS:
+        except WRITE_ERRORS as e:
             _keep(trial, measured)
-            raise
+            if not self.free_space():
+                raise
+            self.unstored = e
+            return self._retry(trial, TrialFailure("not_stored", f"the study database would not take its figures "
+                                                   f"({write_reason(e)}); they are on stdout: \"autotune: trial "
+                                                   f"{trial.number} measured but not stored\""))
         bad = violated(constraints)
         if bad:
             write.failed(trial, "constraints", ", ".join(bad))

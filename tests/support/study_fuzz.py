@@ -3,9 +3,12 @@ study_texts.py) mutated structurally, and the runner that puts each through auto
 
 ``cases(seed, n)`` is deterministic for a seed. ``python -m tests.support.study_fuzz CASES.json DIR`` runs the cases
 of CASES.json, each in a directory of its own under DIR, and prints one JSON line per case: its verdict ("exit 0",
-"exit 2", or what else happened), so that the parent can count them, and cap the runner's memory and time."""
+"exit 2", or what else happened: a traceback, a hang, a character printed raw that autotune writes out), so that the
+parent can count them, and cap the runner's memory and time. A case may bring files of its own (a dataset's bytes:
+dataset_fuzz.py)."""
 from __future__ import annotations
 
+import base64
 import contextlib
 import copy
 import hashlib
@@ -13,6 +16,7 @@ import io
 import json
 import os
 import random
+import re
 import signal
 import sys
 import time
@@ -43,6 +47,9 @@ ODD_PATHS = ["/dev/zero", "/dev/null", "p.fifo", "p.dir", "missing.jsonl", "/pro
 FLAGS = ["port", "host", "model-path", "api-key", "served-model-name", "config", "speculative-eagle-topk",
          "speculative-num-steps", "speculative-num-draft-tokens", "tp-size", "page-size", "attention-backend",
          "speculative-algorithm", "cuda-graph-max-bs", "x" * 300, "bad name", "-dash", "n\nl"]
+#: what autotune never prints raw (its output is read in terminals and logs): controls but the line feed, line and
+#: paragraph separators, bidi overrides and isolates, lone surrogates (autotune/visible.py writes them out)
+HIDDEN = re.compile("[\x00-\x09\x0b-\x1f\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069\ud800-\udfff]")
 #: keys no table knows
 UNKNOWN_KEYS = ["trails", "typo", "", " ", "\x1b", "k" * 300, "port", "name"]
 
@@ -212,6 +219,8 @@ def run_case(case: dict[str, Any], directory: Path) -> dict[str, Any]:
 
     directory.mkdir()
     (directory / "S.toml").write_text(case["text"], encoding="utf-8", errors="surrogateescape")
+    for name, data in case.get("files", {}).items():  # a dataset's bytes (tests/support/dataset_fuzz.py)
+        (directory / name).write_bytes(base64.b64decode(data))
     os.mkfifo(directory / "p.fifo")
     (directory / "p.dir").mkdir()
     before = snapshot(directory)
@@ -236,6 +245,8 @@ def run_case(case: dict[str, Any], directory: Path) -> dict[str, Any]:
         os.chdir(ROOT)
     errors = err.getvalue().splitlines()
     verdict = crash or _verdict(code, errors, out.getvalue() + err.getvalue())
+    if verdict in ("exit 0", "exit 2") and HIDDEN.search(out.getvalue() + err.getvalue()):
+        verdict = f"printed a hidden character {HIDDEN.search(out.getvalue() + err.getvalue()).group()!r}"
     if verdict in ("exit 0", "exit 2") and snapshot(directory) != before:
         verdict = "wrote files"
     return {"number": case["number"], "verdict": verdict, "stderr": err.getvalue()[-1500:],

@@ -20,16 +20,18 @@ FIND_PYTHON = (
     '[ -n "$PY" ] || { echo "autotune: python3 is not installed on the target (needed for its helpers)" >&2; '
     'exit 127; }'
 )
-#: shell lines that set $EPY to the python that runs the command $CMD (a python itself, or a Python program whose
-#: first line names its interpreter, pip's console scripts among them, a long path through pip's sh trampoline), or
-#: fail with one line saying why
+#: shell lines that set the positional parameters ("$@") to the python that runs the command $CMD (a python itself,
+#: or a Python program whose first line names its interpreter, pip's console scripts among them, a long path through
+#: pip's sh trampoline), or fail with one line saying why. A path stays one word whatever it holds (a space, a glob
+#: character); only a #! line is split into words, as the kernel splits one (#!/usr/bin/env python3)
 FIND_ENGINE_PYTHON = (
-    'case "${CMD##*/}" in python|python[0-9]*) EPY=$CMD ;; *) '
+    'case "${CMD##*/}" in python|python[0-9]*) set -- "$CMD" ;; *) '
     'P=$(command -v "$CMD") || { echo "autotune: the server command $CMD is not found" >&2; exit 127; }; '
     'L=$(head -c 200 "$P" 2>/dev/null | head -n 1); '
-    'case "$L" in "#!"*python*) EPY=${L#??} ;; '
-    '"#!/bin/sh"*) EPY=$(sed -n "2s/^' "'''exec' " r'\"\\([^\"]*\\)\".*/\\1/p" "$P") ;; *) EPY= ;; esac; '
-    '[ -n "$EPY" ] || { echo "autotune: the server command $CMD is not a Python program (no python on its #! '
+    'case "$L" in "#!"*python*) set -f; set -- ${L#??}; set +f ;; '
+    '"#!/bin/sh"*) EPY=$(sed -n "2s/^' "'''exec' " r'\"\\([^\"]*\\)\".*/\\1/p" "$P"); set -- ${EPY:+"$EPY"} ;; '
+    '*) set -- ;; esac; '
+    '[ "$#" -gt 0 ] || { echo "autotune: the server command $CMD is not a Python program (no python on its #! '
     'line)" >&2; '
     'exit 126; } ;; esac'
 )
@@ -78,9 +80,9 @@ def script(name: str) -> str:
 
 def engine_program_lines(command: str, name: str) -> str:
     """Shell lines running program ``name`` by the python of server command ``command`` (its standard input is the
-    program's). ``$EPY`` is left unquoted: a ``#!/usr/bin/env python3`` line is two words."""
+    program's)."""
     return "\n".join([f"CMD={shlex.quote(command)}", FIND_ENGINE_PYTHON,
-                      f"exec $EPY -c {shlex.quote(script(name))}"])
+                      f'exec "$@" -c {shlex.quote(script(name))}'])
 
 
 def program_line(name: str, *args: object) -> str:

@@ -20,10 +20,11 @@ and the answer is one JSON object, the last line of standard output:
   {"answer": "unavailable", "reason": "..."}             the engine cannot be asked (not installed, too old...)
 
 "probe" answers the same for the given args and adds "gpus" (names), "capability" ("9.0", "" unknown),
-"architecture" ("" unknown) and "version" (the engine's).
+"architecture" ("" unknown), "model" (a digest of the model's config, "" unknown) and "version" (the engine's).
 """
 
 import contextlib
+import hashlib
 import importlib
 import io
 import json
@@ -33,6 +34,8 @@ import sys
 
 #: seconds nvidia-smi may take
 NVIDIA_SMI_TIMEOUT = 20
+#: the most of a model's config.json read (a real one is a few kilobytes)
+MODEL_CONFIG_BYTES = 1 << 20
 
 
 def _jsonable(value):
@@ -65,14 +68,19 @@ def _nvidia_smi(fields):
 
 def host_platform(request):
     """The host's GPUs (nvidia-smi: names, the first one's compute capability; a driver too old for compute_cap
-    gives names only) and the served model's architecture (its config.json, when it is a local file)."""
+    gives names only) and the served model's architecture and a digest of its config (its config.json, when it is a
+    local file): what a kept answer of this host is told apart by."""
     rows = _nvidia_smi("name,compute_cap") or _nvidia_smi("name") or []
-    found = {"gpus": [row[0] for row in rows], "capability": rows[0][1] if rows and len(rows[0]) > 1 else ""}
+    found = {"gpus": [row[0] for row in rows], "capability": rows[0][1] if rows and len(rows[0]) > 1 else "",
+             "architecture": "", "model": ""}
     try:
-        with open(request.get("model_config") or "", encoding="utf-8") as f:
-            found["architecture"] = str((json.load(f).get("architectures") or [""])[0])
-    except (OSError, ValueError, AttributeError, IndexError):
-        found["architecture"] = ""
+        with open(request.get("model_config") or "", "rb") as f:
+            data = f.read(MODEL_CONFIG_BYTES)
+    except OSError:
+        return found
+    found["model"] = hashlib.sha256(data).hexdigest()[:16]
+    with contextlib.suppress(ValueError, AttributeError, IndexError):  # no architecture named: unknown
+        found["architecture"] = str((json.loads(data.decode("utf-8")).get("architectures") or [""])[0])
     return found
 
 

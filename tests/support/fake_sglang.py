@@ -4,7 +4,8 @@
 - ``python -m sglang.launch_server`` starts the emulator (autotune.sim) with the flags it is given;
 - ``sglang.srt.server_args`` resolves as the emulator's host resolution does (autotune.sim.hostargs), with the values
   of the file ANSWER laid over its resolved values (a release whose rules, or whose bugs, answer what a test wants);
-  every question adds a line to the file ASKED;
+  every question adds a line to the file ASKED, and the environment variable FAKE_SGLANG_MARK it was asked under
+  to the file ASKED_ENV;
 - ``sglang.__version__`` is the text of the file VERSION, and ``nvidia-smi`` names the GPU of the file GPU.
 
 Change a file between two runs and the host has changed: a new release, another GPU, another answer."""
@@ -26,6 +27,7 @@ _LAUNCH = '''from autotune.sim.startup import main
 main()
 '''
 _SERVER_ARGS = '''import json
+import os
 import pathlib
 from autotune.sim import hostargs
 
@@ -48,6 +50,8 @@ class _Answer:
 def prepare_server_args(argv):
     with open(HERE / "ASKED", "a") as f:
         f.write(json.dumps(argv) + "\\n")
+    with open(HERE / "ASKED_ENV", "a") as f:
+        f.write(json.dumps(os.environ.get("FAKE_SGLANG_MARK")) + "\\n")
     return _Answer(hostargs.prepare_server_args(argv))
 '''
 _NVIDIA_SMI = '''#!/bin/sh
@@ -74,6 +78,7 @@ class FakeSGLang:
         self.gpu = gpu
         self.answer({})
         (package / "ASKED").write_text("")
+        (package / "ASKED_ENV").write_text("")
 
     @property
     def command(self) -> list[str]:
@@ -121,4 +126,10 @@ class FakeSGLang:
     def asked(self) -> list[list[str]]:
         """The questions asked so far, each the flags it was asked about."""
         text = (self.directory / "sglang" / "ASKED").read_text()
+        return [json.loads(line) for line in text.splitlines()]
+
+    @property
+    def asked_under(self) -> list[str | None]:
+        """Each question's environment variable FAKE_SGLANG_MARK (None: not set), as the engine there saw it."""
+        text = (self.directory / "sglang" / "ASKED_ENV").read_text()
         return [json.loads(line) for line in text.splitlines()]

@@ -27,11 +27,13 @@ TARGET = "SmolLM2-135M-Instruct"
 DRAFT = f"{TARGET}-draft"
 
 #: the flags every CPU server here runs with (docs/real-sglang.md): SGLang's CPU path with its kernel attention
-#: backend (the one that verifies a speculative batch), no CUDA graphs, a sleeping scheduler when idle (otherwise it
-#: keeps most of a core busy), a KV pool and a batch sized for a 2-core machine
-SERVING = ("--device", "cpu", "--attention-backend", "intel_amx", "--disable-cuda-graph", "--sleep-on-idle",
-           "--mem-fraction-static", "0.3", "--max-total-tokens", "16384", "--context-length", "2048",
-           "--max-running-requests", "4")
+#: backend (the one that verifies a speculative batch), bfloat16 (torch's CPU matmuls are fast in it; float16 takes
+#: a slow path once a batch has more than a few rows, as every verify does), no CUDA graphs, a sleeping scheduler
+#: when idle (otherwise it keeps most of a core busy), a KV pool and a batch sized for a 2-core machine; a later
+#: --dtype (a test's float32) wins
+SERVING = ("--device", "cpu", "--attention-backend", "intel_amx", "--dtype", "bfloat16", "--disable-cuda-graph",
+           "--sleep-on-idle", "--mem-fraction-static", "0.3", "--max-total-tokens", "16384", "--context-length",
+           "2048", "--max-running-requests", "4")
 #: the server's environment: SGLang's CPU engine, one torch thread (two on 2 shared cores stall at every barrier)
 ENV = {"SGLANG_USE_CPU_ENGINE": "1", "OMP_NUM_THREADS": "1"}
 

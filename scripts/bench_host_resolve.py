@@ -5,7 +5,7 @@ The question the tuner asks (targets/programs/engine_resolve.py, run by the serv
 target here) is timed, one fresh process per answer as in a study, against two hosts:
 
   emulator   ``python -m autotune.sim``: the emulator answering through autotune.sim.hostargs (its Llama on an H100);
-  oracle     SGLang 0.5.23's own resolution in the CPU oracle venv (scripts/build-sglang-oracle.sh) as the host's
+  oracle     SGLang 0.5.23's own resolution in the sglang-cpu venv (scripts/build-sglang-cpu.sh) as the host's
              SGLang, answering as an H100 would (a platform override: this machine has no GPU), for a model
              directory holding only a Llama's config.json (autotune.testing.sglang_oracle.model_dir).
 

@@ -12,8 +12,9 @@
 #     (torch==2.13.0: this machine kind carries that CPU build as a local file; PyPI's default torch is a CUDA build
 #     of several GB)
 #   - llama.cpp's llama-server and SmolLM2-135M (scripts/build-llama-server.sh, scripts/fetch-smollm2.sh), cached
-#   - SGLang 0.5.23's own argument resolution in a virtual environment of its own (scripts/build-sglang-oracle.sh),
-#     cached: the tests ask it whether the engine rules and the emulator agree with real SGLang
+#   - SGLang 0.5.23 serving on this CPU, in a virtual environment of its own with this project's torch kernels and
+#     SmolLM2 with a draft (scripts/build-sglang-cpu.sh), cached: the tests drive the real server with it, and ask
+#     its argument resolution whether the engine rules and the emulator agree with real SGLang
 # Caches live under $AUTOTUNE_CACHE (default <repo>/.cache). A Python 3.6 for the oldest-target tests is looked for
 # (this machine kind has one under ~/.pyenv); the script says so when it is missing.
 set -euo pipefail
@@ -50,8 +51,8 @@ step "llama-server and SmolLM2"
 scripts/build-llama-server.sh
 scripts/fetch-smollm2.sh
 
-step "SGLang's argument resolution (the oracle)"
-scripts/build-sglang-oracle.sh
+step "SGLang 0.5.23 on this CPU (the real server and the oracle)"
+scripts/build-sglang-cpu.sh
 
 step "an old Python for the oldest-target tests"
 old=$(ls ~/.pyenv/versions/3.6*/bin/python3.6 2>/dev/null | head -n1 || true)

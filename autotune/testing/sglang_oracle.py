@@ -1,7 +1,8 @@
 """Real SGLang's argument resolution as an oracle, for tests and benchmarks: flags + GPU -> what SGLang runs, or its
 error.
 
-The oracle is SGLang 0.5.23 in its own venv (scripts/build-sglang-oracle.sh, called by scripts/setup.sh), run as one
+The oracle is SGLang 0.5.23 in the venv that serves it on this CPU (scripts/build-sglang-cpu.sh, called by
+scripts/setup.sh; autotune/testing/sglang_cpu), run as one
 long-lived subprocess (``sglang_oracle_server.py``) that answers one config per JSON line, so hundreds of configs
 take seconds. A model is a directory holding only a config.json (``model_dir``): resolution reads nothing else.
 """
@@ -19,10 +20,9 @@ from types import TracebackType
 from typing import Any
 
 from autotune.engines.base import Platform
+from autotune.testing import sglang_cpu
 
-REPO = Path(__file__).resolve().parents[2]
 SERVER = Path(__file__).with_name("sglang_oracle_server.py")
-SETUP = "scripts/setup.sh"
 
 #: config.json of the model kinds the oracle is asked about: a Llama (MHA) and a DeepSeek V3 (MLA, MTP draft layer)
 MODELS: dict[str, dict[str, Any]] = {
@@ -68,16 +68,12 @@ class Answer:
         return self.resolved is not None
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("AUTOTUNE_CACHE") or REPO / ".cache") / "sglang-oracle"
-
-
 def oracle_python() -> Path:
-    """The oracle venv's python; ``OracleMissing`` (naming the set-up command) when it is not built."""
-    python = cache_dir() / "venv" / "bin" / "python"
-    if not python.is_file():
-        raise OracleMissing(f"the SGLang oracle venv is not built: no {python} (run {SETUP})")
-    return python
+    """The venv's python; ``OracleMissing`` (naming the set-up command) when it is not built."""
+    try:
+        return sglang_cpu.python()
+    except sglang_cpu.Missing as e:
+        raise OracleMissing(str(e)) from None
 
 
 def model_dir(kind: str, root: Path) -> Path:

@@ -1,4 +1,4 @@
-"""The SGLang oracle's process: run by the oracle venv's python (scripts/build-sglang-oracle.sh), never imported.
+"""The SGLang oracle's process: run by the sglang-cpu venv's python (scripts/build-sglang-cpu.sh), never imported.
 
 It answers "what does SGLang make of these flags on this GPU" with SGLang's own resolution: one JSON request per line
 on standard input, ``{"argv": [...], "capability": [major, minor]}``, one JSON answer per line on the original

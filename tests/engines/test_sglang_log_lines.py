@@ -1,4 +1,4 @@
-"""SGLang's log lines as the tuner reads them, taken from the installed SGLang's own source (the oracle venv): no
+"""SGLang's log lines as the tuner reads them, taken from the installed SGLang's own source (the sglang-cpu venv): no
 warning or info message it can log is read as fatal, and the messages it stops on are."""
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ def source() -> Path:
     python = requires.sglang_oracle()
     found = sorted(python.parent.parent.glob("lib/python3*/site-packages/sglang/srt"))
     if not found:
-        pytest.fail(f"no sglang/srt in the oracle venv {python.parent.parent} (run scripts/setup.sh)", pytrace=False)
+        pytest.fail(f"no sglang/srt in the venv {python.parent.parent} (run scripts/setup.sh)", pytrace=False)
     return found[0]
 
 

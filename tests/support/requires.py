@@ -65,11 +65,11 @@ def old_python(*versions: str) -> str:
 
 
 def sglang_oracle() -> Path:
-    """The python of SGLang 0.5.23's argument resolution, built by scripts/build-sglang-oracle.sh."""
+    """The python of SGLang 0.5.23's argument resolution, the venv scripts/build-sglang-cpu.sh builds."""
     try:
         return oracle_python()
     except OracleMissing:
-        missing("the SGLang oracle venv (scripts/build-sglang-oracle.sh)")
+        missing("SGLang 0.5.23's venv (scripts/build-sglang-cpu.sh)")
 
 
 def sglang_cpu() -> None:

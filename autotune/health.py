@@ -46,19 +46,21 @@ def wait_ready(
     """
     start = time.monotonic()
     paths = list(engine.readiness_paths)
+    lines: list[str] = []                  # the log so far: a fatal line's meaning can come after it (a traceback)
     fatal: list[tuple[str, str]] = []      # (reason, line) in the order seen
     first_fatal_at: float | None = None
     poll = max(2.0, interval * 4)  # the most one look at the readiness endpoint may take
     with bounded.client(deployment.base_url, headers or {}, timeout=poll) as client:
         while True:
             now = time.monotonic()
-            found = engine.fatal_lines(deployment.read_log().splitlines())
-            fatal += found
-            if found:
+            lines += deployment.read_log().splitlines()
+            fatal = engine.fatal_lines(lines)
+            if fatal:
                 first_fatal_at = first_fatal_at or now
             status = deployment.exit_status()
             if status is not None:
-                fatal += engine.fatal_lines(deployment.read_log().splitlines())
+                lines += deployment.read_log().splitlines()
+                fatal = engine.fatal_lines(lines)
                 if fatal:
                     raise _most_specific(fatal, engine)
                 raise TrialFailure(engine.exit_reason(status),

@@ -225,13 +225,14 @@ class SGLang(Engine):
         out-of-memory error). A traceback under anything else ("Process SpawnProcess-1:", a fatal record, the
         start of the log) is Python's report of an exception that ended something: a crash."""
         out: list[tuple[str, str]] = []
+        lines = list(lines)
         previous = ""
-        for line in lines:
+        for i, line in enumerate(lines):
             reason = self.fatal_reason(line)
             if reason and line.startswith(_TRACEBACK) and _RECORD.match(previous) and not self.fatal_reason(previous):
                 reason = None
             if reason:
-                out.append((reason, line.strip()))
+                out.append((reason, _raised(lines, i) if _in_traceback(line) else line.strip()))
             previous = line
         return out
 
@@ -510,6 +511,22 @@ def _quantile(values: list[int], q: float) -> int:
     """The value at quantile ``q`` of sorted ``values``: the nearest rank, a half to the even one (so the quartiles of
     a short range spread evenly: 2, 3, 4 of 2-4)."""
     return values[round(q * (len(values) - 1))]
+
+
+def _in_traceback(line: str) -> bool:
+    """A traceback's head or one of its frames ("  File ..."), rather than a line that says what went wrong."""
+    text = _strip_prefix(line)
+    return text.startswith((_TRACEBACK, "Scheduler hit an exception: " + _TRACEBACK)) or line.startswith("  File ")
+
+
+def _raised(lines: Sequence[str], at: int) -> str:
+    """What the traceback through line ``at`` raised: its first line after ``at`` that is neither a frame nor a
+    frame's code ("ValueError: speculative_eagle_topk > 1 ..."), SGLang's own words for the failure; the line at
+    ``at`` itself while the traceback is not written out yet."""
+    for line in lines[at + 1:]:
+        if line.strip() and not line[:1].isspace() and not line.startswith(_TRACEBACK):
+            return line.strip()
+    return lines[at].strip()
 
 
 def _strip_prefix(line: str) -> str:

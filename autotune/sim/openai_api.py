@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import time
+import uuid
 from collections.abc import AsyncIterator
 from http import HTTPStatus
 from typing import Any
@@ -12,7 +13,16 @@ from fastapi.responses import Response, StreamingResponse
 
 from autotune.sim import tokens
 from autotune.sim.scheduler import Request as GenRequest
-from autotune.sim.serving import BadRequest, State, json_response, make_request, meta_info, updates, wait_finished
+from autotune.sim.serving import (
+    BadRequest,
+    InputTooLong,
+    State,
+    json_response,
+    make_request,
+    meta_info,
+    updates,
+    wait_finished,
+)
 
 # Tokens a chat template adds around each message and before the assistant's answer.
 TEMPLATE_TOKENS_PER_MESSAGE = 4
@@ -121,6 +131,13 @@ async def _serve(state: State, request: Request, chat: bool) -> Response:
         stream = bool(body.get("stream", False))
         instruction = last_user_text(body.get("messages")) if chat else str(body.get("prompt"))
         req = make_request(state, ids, params, stream, instruction=instruction, chat=chat)
+    except InputTooLong as e:
+        if not body.get("stream"):
+            return json_response(error_body(str(e)), 400)
+        name = body.get("model") or state.resolved.served_model_name
+        usage_asked = bool((body.get("stream_options") or {}).get("include_usage"))
+        return StreamingResponse(_refused(e, uuid.uuid4().hex, name, chat, usage_asked),
+                                 media_type="text/event-stream")
     except (BadRequest, ValueError) as e:
         return json_response(error_body(str(e)), 400)
     state.scheduler.submit(req)
@@ -170,6 +187,18 @@ def _chunk(req: GenRequest, name: str, chat: bool, created: int, choice: dict[st
     if usage_body is not None or (with_usage_key and not chat):
         body["usage"] = usage_body
     return b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+
+
+async def _refused(e: InputTooLong, rid: str, name: str, chat: bool, include_usage: bool) -> AsyncIterator[bytes]:
+    """A stream the scheduler refused: SGLang's error event, then (asked for) a usage chunk of its own odd counts."""
+    yield b"data: " + json.dumps({"error": error_body(str(e), HTTPStatus.BAD_REQUEST.name)}).encode() + b"\n\n"
+    if include_usage:
+        counts = {"prompt_tokens": 1, "total_tokens": 2, "completion_tokens": 1, "prompt_tokens_details": None,
+                  "reasoning_tokens": 0, "completion_tokens_details": None}
+        body = {"id": rid, "object": "chat.completion.chunk" if chat else "text_completion",
+                "created": int(time.time()), "model": name, "choices": [], "usage": counts}
+        yield b"data: " + json.dumps(body, separators=(",", ":")).encode() + b"\n\n"
+    yield b"data: [DONE]\n\n"
 
 
 async def _stream(state: State, req: GenRequest, name: str, chat: bool, include_usage: bool,

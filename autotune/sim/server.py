@@ -15,7 +15,17 @@ from fastapi.responses import Response, StreamingResponse
 
 from autotune.sim import openai_api, tokens
 from autotune.sim.scheduler import Request as GenRequest
-from autotune.sim.serving import BadRequest, State, json_response, make_request, meta_info, sse, updates, wait_finished
+from autotune.sim.serving import (
+    BadRequest,
+    InputTooLong,
+    State,
+    json_response,
+    make_request,
+    meta_info,
+    sse,
+    updates,
+    wait_finished,
+)
 
 VERSION = "0.5.23"
 # Endpoints SGLang marks ADMIN_OPTIONAL: --admin-api-key guards them when set, else --api-key.
@@ -284,6 +294,17 @@ def model_card(state: State, name: str) -> dict[str, Any]:
             "parent": None, "max_model_len": state.context_len}
 
 
+async def _refused(state: State, e: InputTooLong) -> AsyncIterator[bytes]:
+    """A /generate stream the scheduler refused: one event of a request that finished as it arrived, aborted."""
+    now, clock = time.time(), time.monotonic()
+    req = GenRequest(prompt_ids=[0], max_new_tokens=0, ignore_eos=False, temperature=0.0, stream=True, arrival=clock,
+                     received_ts=now, finish_time=clock,
+                     finish_reason={"type": "abort", "message": str(e), "status_code": 400,
+                                    "err_type": "BadRequestError"})
+    yield sse(output(state, req, first=True))
+    yield b"data: [DONE]\n\n"
+
+
 def prompt_ids_of(state: State, body: dict[str, Any]) -> list[int]:
     if body.get("input_ids") is not None:
         ids = body["input_ids"]
@@ -312,6 +333,10 @@ async def _generate(state: State, body: dict[str, Any], request: Request) -> Res
         req = make_request(state, prompt_ids_of(state, body), params, stream,
                            log_metrics=body.get("log_metrics", True) is not False,
                            instruction=body["text"] if isinstance(body.get("text"), str) else "")
+    except InputTooLong as e:
+        if not stream:
+            return json_response({"error": {"message": str(e)}}, 400)
+        return StreamingResponse(_refused(state, e), media_type="text/event-stream")
     except BadRequest as e:
         state.launcher_log.error(f"[http_server] Error: {e}")
         return json_response({"error": {"message": str(e)}}, 400)

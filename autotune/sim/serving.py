@@ -75,6 +75,11 @@ class BadRequest(ValueError):
     """A request SGLang's tokenizer manager rejects with HTTP 400."""
 
 
+class InputTooLong(BadRequest):
+    """A prompt the KV pool cannot hold (SGLang's scheduler refuses it, validate_input_length): a 400 where the
+    answer is one JSON body, an error in the stream where it streams."""
+
+
 def make_request(state: State, prompt_ids: list[int], params: dict[str, Any], stream: bool,
                  log_metrics: bool = True, instruction: str = "", chat: bool = False) -> GenRequest:
     """Validate lengths like SGLang's tokenizer manager and build a scheduler request; ``instruction`` (the last
@@ -96,6 +101,9 @@ def make_request(state: State, prompt_ids: list[int], params: dict[str, Any], st
             "the completion. Please reduce the number of tokens in the input messages or the completion to fit "
             "within the limit."
         )
+    if len(prompt_ids) >= state.max_req_input_len:  # the scheduler's check, after the tokenizer manager's
+        raise InputTooLong(f"Input length ({len(prompt_ids)} tokens) exceeds the maximum allowed length "
+                           f"({state.max_req_input_len} tokens). Use a shorter input or enable --allow-auto-truncate.")
     temperature = params.get("temperature", 1.0)
     return GenRequest(
         prompt_ids=prompt_ids or [0],
@@ -190,6 +198,7 @@ def meta_info(state: State, req: GenRequest, first: bool) -> dict[str, Any]:
     if first or req.finished:
         meta["response_sent_to_client_ts"] = prefilled if first else time.time()
     if req.finished:
-        meta.update(request_finished_ts=epoch(req.finish_time),
-                    decode_throughput=(req.completion_tokens - 1) / decode_s if decode_s > 0 else 0.0)
+        meta["request_finished_ts"] = epoch(req.finish_time)
+        if req.first_token_time:  # it decoded (a request refused as it arrived did not)
+            meta["decode_throughput"] = (req.completion_tokens - 1) / decode_s if decode_s > 0 else 0.0
     return meta

@@ -24,13 +24,15 @@ from autotune.testing import sglang_cpu
 from tests.support import requires
 from tests.support.emulator import Emulator
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 ENGINE = SGLang()
 #: the speculative config both servers run: a chain of the draft model (STANDALONE on the real server)
 CHAIN = ["--speculative-algorithm", "STANDALONE", "--speculative-num-steps", "2", "--speculative-eagle-topk", "1",
          "--speculative-num-draft-tokens", "3"]
-SHARED = ["--disable-cuda-graph", "--context-length", "2048", "--max-running-requests", "4", "--enable-metrics"]
+#: a KV pool smaller than the context, so that a prompt can fit the one and not the other
+SHARED = ["--disable-cuda-graph", "--context-length", "2048", "--max-total-tokens", "1024", "--max-running-requests",
+          "4", "--enable-metrics"]
 #: the emulator as an 8B Llama host starting at once, decoding at that host's pace (faster, its streams would
 #: carry several tokens an event); its figures are not compared
 EMULATED = ["--sim-profile", "llama8b", "--sim-time-scale", "0.01"]
@@ -85,6 +87,14 @@ CALLS = [
     Call("chat, no messages", "POST", "/v1/chat/completions", {"max_tokens": 4}),
     Call("generate, longer than the context", "POST", "/generate",
          {"text": "word " * 3000, "sampling_params": {"max_new_tokens": 4}}),
+    *(Call(f"{endpoint}{', stream' if stream else ''}, longer than the KV pool", "POST", path,
+           {**body, "stream": stream, "stream_options": {"include_usage": True}} if stream and "messages" in body
+           else {**body, "stream": stream}, stream=stream)
+      for endpoint, path, body in (
+          ("generate", "/generate", {"text": "word " * 1500, "sampling_params": {"max_new_tokens": 4}}),
+          ("chat", "/v1/chat/completions", {"messages": [{"role": "user", "content": "word " * 1500}],
+                                            "max_tokens": 4}))
+      for stream in (False, True)),
 ]
 
 

@@ -16,7 +16,7 @@ from autotune.engines.sglang import SGLang
 from autotune.testing import sglang_cpu
 from tests.support import requires
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 PROMPT = "The three primary colours of light are"
 ANSWER_TOKENS = 16

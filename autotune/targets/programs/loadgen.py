@@ -90,7 +90,10 @@ Wire = Dict[str, Any]
 #: an OpenAI stream's event naming a finish reason; one that names none; a chat event carrying text
 FINISH = b'"finish_reason":'
 NO_FINISH = b'"finish_reason":null'
-#: the most events kept from the one naming a finish reason on (an OpenAI stream's usage chunk, SGLang's sglext)
+#: an OpenAI stream's error event (SGLang follows it with a usage chunk, which must not hide it)
+ERROR = b'{"error"'
+#: the most events kept from the one naming a finish reason (or an error) on (an OpenAI stream's usage chunk,
+#: SGLang's sglext)
 CLOSING_EVENTS = 4
 TEXT = b'"content":"'
 
@@ -386,7 +389,7 @@ class Connection(asyncio.Protocol):
                                                                               req.size))
                 req.last, req.last_t = payload, elapsed
                 if client.finish_apart:
-                    if FINISH in payload and NO_FINISH not in payload:
+                    if (FINISH in payload and NO_FINISH not in payload) or payload.startswith(ERROR):
                         req.closing = [payload]
                     elif req.closing and len(req.closing) < CLOSING_EVENTS:
                         req.closing.append(payload)

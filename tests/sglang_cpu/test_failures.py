@@ -2,13 +2,13 @@
 recorded with its reason, through the product's own path (`autotune run`, or the trial's bring-up); and no healthy
 start read as failed: every line the real server prints here goes through the fatal-line patterns.
 
-- a config SGLang refuses: asked before its launch, the host's SGLang refuses it in its own words (no launch); and
-  where it is launched anyway (bring-up without the question), its refusal at start is ``invalid_args``;
+- a config SGLang refuses at start, launched anyway (bring-up without the question to the host, which refuses it
+  first: test_study.py): ``invalid_args`` in SGLang's own words;
 - a KV cache that does not fit: ``--mem-fraction-static`` below the weights fails the start as ``oom_startup`` with
   SGLang's message; ``--max-total-tokens`` below a request fails its requests, each with SGLang's 400;
 - the server killed during a measurement: ``crashed_under_load``, and the study goes on;
-- a stale SGLang on the port: named, never killed, the trial ``port_busy``;
-- the tokenizer's slow start: 20-60 s before /ready answers here, waited for and recorded, never a timeout.
+- a stale SGLang on the port: named, never killed, the trial ``port_busy``.
+(The tokenizer's slow start, 20-60 s before /ready answers here, waited for and recorded: test_study.py.)
 (A tree of fewer draft tokens than steps + 1, which SGLang starts and then crashes on at its first verify, is refused
 by the rules at once: tests/test_dependent_ranges.py; the real crash: test_emulator_against_sglang.py.)"""
 from __future__ import annotations
@@ -49,54 +49,28 @@ def real_parts() -> None:
     requires.sglang_cpu()
 
 
-def _healthy_logs_read_as_healthy(directory: Path, trials: list[dict]) -> None:
-    for t in trials:
-        if t["state"] == "COMPLETE" and t["launched"]:
-            log = (directory / "t-logs" / f"trial-{t['number']:04d}.log").read_text()
-            assert "The server is fired up and ready to roll!" in log
-            assert ENGINE.fatal_lines(log.splitlines()) == [], t["number"]
-
-
-def test_what_sglang_refuses_and_a_kv_cache_that_does_not_fit(tmp_path: Path) -> None:
-    """A grid of the baseline chain, DFLASH (which SGLang's CPU platform refuses: asked first, no launch) and a
-    --mem-fraction-static that leaves the KV cache no room (launched: SGLang's own words at start); the tokenizer's
-    slow start is waited for."""
-    space = {"speculative-algorithm": {"type": "categorical", "choices": ["STANDALONE", "DFLASH"]},
-             "mem-fraction-static": {"type": "categorical", "choices": [0.3, 0.01]}}
-    study = real_study(tmp_path, study={"launches": 2, "sampler": "grid"}, space=space, workload=SMALL,
-                       engine_args=CHAIN)
-    r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
-    trials = kept(status(study)["trials"])
-    by = {(t["params"]["speculative-algorithm"], t["params"]["mem-fraction-static"]): t for t in trials}
-    for fraction in (0.3, 0.01):
-        refused = by[("DFLASH", fraction)]
-        assert (refused["reason"], refused["launched"]) == ("host_rejected", False), refused
-        assert "DFLASH speculative decoding is not supported by CpuSRTPlatform on device 'cpu'" in refused["detail"]
-    small = by[("STANDALONE", 0.01)]
-    assert (small["state"], small["reason"], small["launched"]) == ("PRUNED", "oom_startup", True), small
-    assert "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.01" in small["detail"]
-    baseline = by[("STANDALONE", 0.3)]
-    assert baseline["state"] == "COMPLETE" and baseline["metrics"]["single_tok_s"] > 0, baseline
-    assert baseline["ready_s"] > 5, baseline  # the tokenizer alone takes 10-30 s here: waited for, not a timeout
-    _healthy_logs_read_as_healthy(tmp_path, trials)
-
-
-def test_a_refusal_at_start_is_invalid_args_in_sglangs_words(tmp_path: Path) -> None:
-    """Launched without the question to the host: a tree on pages of 16 tokens, which SGLang's intel_amx backend
-    refuses while it resolves its arguments."""
+@pytest.mark.parametrize(("change", "reason", "said"), [
+    ({"speculative-eagle-topk": 2, "speculative-num-draft-tokens": 3, "page-size": 16}, "invalid_args",
+     "speculative_eagle_topk > 1 with page_size > 1 is only supported on"),
+    ({"mem-fraction-static": 0.01}, "oom_startup",
+     "Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.01"),
+], ids=["refused", "no-room-for-the-kv-cache"])
+def test_a_start_sglang_refuses_is_read_in_its_own_words(tmp_path: Path, change: dict, reason: str,
+                                                         said: str) -> None:
+    """Launched without the question to the host (a config the rules and the host would refuse first): a tree on
+    pages of 16 tokens, which SGLang's intel_amx backend refuses while it resolves its arguments, and a
+    --mem-fraction-static below the weights, which leaves the KV cache no room."""
     plan = make_plan(load_study(str(real_study(tmp_path, workload=SMALL, engine_args=CHAIN))))
     target = make_target(plan.target, cwd=tmp_path)
-    tree = {"speculative-eagle-topk": 2, "speculative-num-draft-tokens": 3, "page-size": 16}
-    argv = plan.engine.render(plan.spec.engine.command, {**plan.space.fixed, **tree})
+    argv = plan.engine.render(plan.spec.engine.command, {**plan.space.fixed, **change})
     try:
         with pytest.raises(TrialFailure) as failure:
             bring_up(lambda: target.deploy(argv, plan.spec.engine.env, tmp_path / "refused.log"), plan.engine,
                      plan.spec.health, plan.headers, None)
     finally:
         target.stop()
-    assert failure.value.reason == "invalid_args"
-    assert "speculative_eagle_topk > 1 with page_size > 1 is only supported on" in failure.value.detail
+    assert failure.value.reason == reason
+    assert said in failure.value.detail
 
 
 def test_a_kv_pool_smaller_than_a_request_fails_its_requests_with_sglangs_400(tmp_path: Path) -> None:
@@ -133,7 +107,7 @@ def test_a_server_killed_while_measured_and_a_stale_one_on_the_port(tmp_path: Pa
 
     space = {"speculative-num-steps": {"type": "categorical", "choices": [1, 2]}}
     study = real_study(tmp_path, study={"launches": 2, "sampler": "grid"}, space=space,
-                       workload={**SMALL, "requests": 8, "max_tokens": 64},
+                       workload={**SMALL, "requests": 6, "max_tokens": 48},
                        target={"kind": "local", "server_port": free_port()})
     run = start_run(study)
     try:

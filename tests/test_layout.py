@@ -178,7 +178,7 @@ def test_test_instruments_are_not_imported_by_the_product() -> None:
 
 
 def test_the_reference_client_shares_no_code_with_autotune() -> None:
-    imported = _imported(TESTS / "support" / "reference_client.py")
+    imported = _imported(PACKAGE / "testing" / "reference_client.py")
     assert not [n for n in imported if _within(n, "autotune") or _within(n, "tests")], imported
 
 

@@ -18,7 +18,7 @@ import httpx
 import pytest
 
 from autotune.testing.ports import free_port
-from tests.support import reference_client
+from autotune.testing import reference_client
 from tests.support.cli import run_autotune
 from tests.support.llama_cache import cached_model, cached_server_binary
 

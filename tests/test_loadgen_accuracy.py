@@ -15,7 +15,7 @@ from autotune.engines import get_engine
 from autotune.study import WorkloadSpec
 from autotune.testing.ports import free_port
 from autotune.testing.server_count import ServerCount
-from tests.support import reference_client
+from autotune.testing import reference_client
 from tests.support.delay_proxy import DelayProxy
 from tests.support.emulator import start_emulator
 

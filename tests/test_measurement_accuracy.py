@@ -2,7 +2,7 @@
 
 For configs from chains to topk-8 trees, short and long requests: `autotune bench` (the measurement every trial
 makes) must agree with the emulator's own statement of the truth for the study's workload (`autotune sim surface
---study`) and with tests/support/reference_client.py, a closed-loop client that shares no code with autotune/bench.
+--study`) and with autotune/testing/reference_client.py, a closed-loop client that shares no code with autotune/bench.
 """
 from __future__ import annotations
 
@@ -25,7 +25,8 @@ from autotune.plan import make_plan
 from autotune.study import load_study
 from autotune.testing.ports import free_port
 from autotune.testing.studies import one_config_space, write_study
-from tests.support import reference_client, truths
+from autotune.testing import reference_client
+from tests.support import truths
 
 CONFIGS = [(1, 1, 2), (2, 1, 3), (4, 1, 5), (8, 1, 9), (3, 2, 7), (3, 4, 11), (2, 8, 9), (8, 8, 11)]
 

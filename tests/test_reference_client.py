@@ -16,7 +16,7 @@ import pytest
 from autotune.sim import tokens
 from autotune.sim.surface import surface
 from autotune.testing.ports import free_port
-from tests.support import reference_client
+from autotune.testing import reference_client
 
 SPEEDUP = 4
 STEPS, TOPK, DRAFT = 3, 1, 4

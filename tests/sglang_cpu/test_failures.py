@@ -31,7 +31,7 @@ from autotune.testing import sglang_cpu
 from autotune.testing.ports import free_port
 from tests.support import requires
 from tests.support.cli import kept, run_autotune, start_run, status
-from tests.support.real_sglang import real_study
+from autotune.testing.sglang_cpu import study_file
 
 #: a real server takes 20-60 s to start here, a study of two launches some minutes
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1200), pytest.mark.usefixtures("real_parts")]
@@ -60,7 +60,7 @@ def test_a_start_sglang_refuses_is_read_in_its_own_words(tmp_path: Path, change:
     """Launched without the question to the host (a config the rules and the host would refuse first): a tree on
     pages of 16 tokens, which SGLang's intel_amx backend refuses while it resolves its arguments, and a
     --mem-fraction-static below the weights, which leaves the KV cache no room."""
-    plan = make_plan(load_study(str(real_study(tmp_path, workload=SMALL, engine_args=CHAIN))))
+    plan = make_plan(load_study(str(study_file(tmp_path, workload=SMALL, engine_args=CHAIN))))
     target = make_target(plan.target, cwd=tmp_path)
     argv = plan.engine.render(plan.spec.engine.command, {**plan.space.fixed, **change})
     try:
@@ -74,7 +74,7 @@ def test_a_start_sglang_refuses_is_read_in_its_own_words(tmp_path: Path, change:
 
 
 def test_a_kv_pool_smaller_than_a_request_fails_its_requests_with_sglangs_400(tmp_path: Path) -> None:
-    study = real_study(tmp_path, study={"launches": 1}, space=ONE, workload=SMALL,
+    study = study_file(tmp_path, study={"launches": 1}, space=ONE, workload=SMALL,
                        engine_args={**CHAIN, "max-total-tokens": 16})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:] + r.stdout[-3000:]
@@ -93,7 +93,7 @@ def test_a_server_killed_while_measured_and_a_stale_one_on_the_port(tmp_path: Pa
     squatter = sglang_cpu.RealSGLang([], tmp_path)
     try:
         squatter.wait_ready()
-        taken = real_study(tmp_path, name="taken", study={"launches": 1}, space=ONE, workload=SMALL,
+        taken = study_file(tmp_path, name="taken", study={"launches": 1}, space=ONE, workload=SMALL,
                            engine_args=CHAIN, target={"kind": "local", "server_port": squatter.port})
         r = run_autotune("run", "--study", str(taken), cwd=tmp_path, timeout=300)
         assert r.returncode == 0, r.stderr[-3000:]
@@ -106,7 +106,7 @@ def test_a_server_killed_while_measured_and_a_stale_one_on_the_port(tmp_path: Pa
         squatter.kill()
 
     space = {"speculative-num-steps": {"type": "categorical", "choices": [1, 2]}}
-    study = real_study(tmp_path, study={"launches": 2, "sampler": "grid"}, space=space,
+    study = study_file(tmp_path, study={"launches": 2, "sampler": "grid"}, space=space,
                        workload={**SMALL, "requests": 6, "max_tokens": 48},
                        target={"kind": "local", "server_port": free_port()})
     run = start_run(study)

@@ -21,7 +21,7 @@ from autotune.testing.ports import free_port
 from autotune.testing.sshd import SSHServer
 from tests.support import requires
 from tests.support.cli import finished_ok, kept, run_autotune, status
-from tests.support.real_sglang import real_study
+from autotune.testing.sglang_cpu import study_file
 from tests.support.ssh import start_sshd
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(1800)]
@@ -44,7 +44,7 @@ def test_the_sglang_cpu_study_over_ssh_process(sshd: SSHServer, tmp_path: Path) 
     # the chain's steps, and DFLASH, which SGLang's CPU platform refuses: the host's SGLang says so before a launch
     space = {"speculative-algorithm": {"type": "categorical", "choices": ["STANDALONE", "DFLASH"]},
              "speculative-num-steps": {"type": "categorical", "choices": [1, 2]}}
-    study = real_study(tmp_path, study={"launches": 2, "sampler": "grid"}, target=target, space=space,
+    study = study_file(tmp_path, study={"launches": 2, "sampler": "grid"}, target=target, space=space,
                        engine_args={"speculative-num-draft-tokens": None},
                        workload={"requests": 3, "concurrency": [1, 2], "window_generations": 1, "tolerance": 0.5})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=1700)

@@ -13,15 +13,24 @@ import contextlib
 import os
 import signal
 import subprocess
+import sys
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import httpx
+import tomli_w
 
 from autotune.testing.ports import free_port
 
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
 REPO = Path(__file__).resolve().parents[3]
+STUDIES = REPO / "studies"
 SETUP = "scripts/setup.sh"
 TARGET = "SmolLM2-135M-Instruct"
 DRAFT = f"{TARGET}-draft"
@@ -65,6 +74,38 @@ def model(name: str = TARGET) -> Path:
 def command() -> list[str]:
     """The server command, as a study's ``[engine] command`` names it."""
     return [str(python()), "-m", "sglang.launch_server"]
+
+
+def _absolute(value: Any) -> Any:
+    """A path a shipped study names relative to studies/ ("../.cache/sglang-cpu/...", "NAME.jsonl"), absolute."""
+    if isinstance(value, str) and value.startswith("../.cache/sglang-cpu/"):
+        return str(cache_dir() / value.removeprefix("../.cache/sglang-cpu/"))
+    if isinstance(value, str) and value.endswith(".jsonl") and "/" not in value:
+        return str(STUDIES / value)
+    return value
+
+
+def study_file(directory: Path, base: str = "sglang-cpu", name: str = "t", **sections: dict[str, Any]) -> Path:
+    """``studies/BASE.toml`` as a study NAME in ``directory``, its paths into the cache and to its datasets made
+    absolute; each keyword replaces keys of that section (``study``, ``workload``, ``engine_args``...; a value None
+    removes the key; ``space`` replaces the whole [space], ``target`` the whole [target])."""
+    data = tomllib.loads((STUDIES / f"{base}.toml").read_text())
+    data["engine"]["command"] = [_absolute(v) for v in data["engine"]["command"]]
+    data["engine"]["args"] = {k: _absolute(v) for k, v in data["engine"]["args"].items()}
+    data["workload"] = {k: _absolute(v) for k, v in data["workload"].items()}
+    for section, changes in sections.items():
+        if section in ("space", "target"):
+            data[section] = changes
+            continue
+        table = data["engine"]["args"] if section == "engine_args" else data.setdefault(section, {})
+        for key, value in changes.items():
+            if value is None:
+                table.pop(key, None)
+            else:
+                table[key] = _absolute(value)
+    path = directory / f"{name}.toml"
+    path.write_text(tomli_w.dumps(data))
+    return path
 
 
 class RealSGLang:

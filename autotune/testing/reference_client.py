@@ -272,8 +272,9 @@ async def _chat(base_url: str, request: dict[str, object]) -> tuple[float, float
 
 def chat_single_stream(base_url: str, requests: list[dict[str, object]]) -> dict[str, float]:
     """Send every chat request (OpenAI's JSON: ``messages``, ``max_tokens``, sampling) once, one after another, and
-    return ``output_tok_s``: the completion tokens over the requests' time on this client's clock, and, where the
-    server reports them (llama-server's ``timings``), ``accepted_per_token``: drafted tokens accepted per token."""
+    return ``output_tok_s``: the completion tokens over the requests' time on this client's clock, with the 95%
+    interval of the mean of each request's own rate (``ci_low``, ``ci_high``), and, where the server reports them
+    (llama-server's ``timings``), ``accepted_per_token``: drafted tokens accepted per token."""
     if not requests:
         raise ValueError("no requests given")
 
@@ -286,6 +287,49 @@ def chat_single_stream(base_url: str, requests: list[dict[str, object]]) -> dict
         raise RuntimeError(f"chat request failed: {type(e).__name__}: {e}") from e
     tokens = sum(a["usage"]["completion_tokens"] for _, _, a in answers)
     accepted = [a.get("timings", {}).get("draft_n_accepted") for _, _, a in answers]
+    low, high = _interval([a["usage"]["completion_tokens"] / (done - sent) for sent, done, a in answers])
     return {"output_tok_s": tokens / sum(done - sent for sent, done, _ in answers), "tokens": tokens,
+            "ci_low": low, "ci_high": high,
             "accepted_per_token": (sum(accepted) / tokens if tokens and all(isinstance(n, int) for n in accepted)
                                    else math.nan)}
+
+
+def chat_waves(base_url: str, requests: list[dict[str, object]], concurrency: int) -> dict[str, float]:
+    """The chat requests in waves of ``concurrency`` sent together, each wave waited for whole: ``output_tok_s`` is
+    the completion tokens over the waves' time, with the 95% interval of the mean of each wave's rate. Waves, not a
+    steady closed loop: a simpler measure than autotune's, the same for every server it compares."""
+    if len(requests) < concurrency:
+        raise ValueError(f"fewer requests ({len(requests)}) than one wave of {concurrency}")
+    waves = [requests[i:i + concurrency] for i in range(0, len(requests) - concurrency + 1, concurrency)]
+
+    async def wave(batch: list[dict[str, object]]) -> tuple[int, float]:
+        start = time.perf_counter()
+        answers = await asyncio.wait_for(asyncio.gather(*(_chat(base_url, r) for r in batch)), REQUEST_TIMEOUT_S)
+        return sum(a["usage"]["completion_tokens"] for _, _, a in answers), time.perf_counter() - start
+
+    async def run() -> list[tuple[int, float]]:
+        return [await wave(batch) for batch in waves]
+
+    try:
+        done = asyncio.run(run())
+    except REQUEST_ERRORS as e:
+        raise RuntimeError(f"chat request failed: {type(e).__name__}: {e}") from e
+    low, high = _interval([tokens / seconds for tokens, seconds in done])
+    return {"output_tok_s": sum(t for t, _ in done) / sum(s for _, s in done), "ci_low": low, "ci_high": high,
+            "waves": len(done)}
+
+
+#: Student's t at 97.5% by degrees of freedom (1-30); beyond, the normal's 1.96
+_T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145, 2.131,
+         2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052, 2.048, 2.045, 2.042)
+
+
+def _interval(samples: list[float]) -> tuple[float, float]:
+    """The 95% interval of the samples' mean (nan, nan for fewer than two)."""
+    n = len(samples)
+    if n < 2:
+        return math.nan, math.nan
+    mean = sum(samples) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in samples) / (n - 1))
+    half = (_T975[n - 2] if n - 1 <= len(_T975) else 1.96) * sd / math.sqrt(n)
+    return mean - half, mean + half

@@ -51,7 +51,7 @@ def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 def run_study(name: str, out: Path, launches: int) -> Path:
     base, dataset = STUDIES[name]
-    directory = out / name
+    directory = (out / name).resolve()
     directory.mkdir(parents=True, exist_ok=True)
     study = sglang_cpu.study_file(directory, base, name=name, study={"launches": launches},
                                   workload={"dataset": dataset})
@@ -161,7 +161,10 @@ def main() -> None:
     opts = parser.parse_args()
     sglang_cpu.python()
     for name in opts.only:
-        study = (opts.out / name / f"{name}.toml") if opts.confirm_only else run_study(name, opts.out, opts.launches)
+        if opts.confirm_only:
+            study = (opts.out / name / f"{name}.toml").resolve()
+        else:
+            study = run_study(name, opts.out, opts.launches)
         confirm(name, study)
 
 

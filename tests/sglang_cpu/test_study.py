@@ -48,32 +48,31 @@ def test_the_sglang_cpu_study_over_ssh_process(sshd: SSHServer, tmp_path: Path) 
                        engine_args={"speculative-num-draft-tokens": None},
                        workload={"requests": 3, "concurrency": [1, 2], "window_generations": 1, "tolerance": 0.5})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=1700)
-    finished_ok(r)
-    report = status(study)
-    trials = kept(report["trials"])
-    refused = [t for t in trials if t["params"]["speculative-algorithm"] == "DFLASH"]
-    assert refused and all(t["reason"] == "host_rejected" and not t["launched"] for t in refused), trials
-    assert "DFLASH speculative decoding is not supported by CpuSRTPlatform on device 'cpu'" in refused[0]["detail"]
-    launched = [t for t in trials if t["launched"]]
-    assert report["launches"] == 2 and len(launched) == 2, trials
-    complete = [t for t in launched if t["state"] == "COMPLETE"]
-    assert len(complete) == 2, trials
-    for t in complete:
-        metrics = t["metrics"]
-        assert metrics["single_tok_s"] > 0 and metrics["concurrent_tok_s"] > 0, metrics
-        # chat traffic: acceptance read from the speculative figures SGLang sends after each finishing event
-        assert 1.0 <= metrics["accept_length"] <= t["config"]["speculative-num-steps"] + 1, metrics
-        assert t["ready_s"] > 5, t   # the tokenizer's slow start, waited for
-        assert not t["host_rewrote"], t  # the host's SGLang, asked in the server's environment, keeps intel_amx
-        log = (tmp_path / "t-logs" / f"trial-{t['number']:04d}.log").read_text()
-        assert "The server is fired up and ready to roll!" in log  # fetched from the host over SFTP
-        assert ENGINE.fatal_lines(log.splitlines()) == [], t["number"]
-    events = (tmp_path / "t.log").read_text()
-    assert not re.search(r"cannot be asked about a config", events)  # the host's own SGLang answered
+    host = ProcessTarget(load_study(str(study)).target())
+    try:  # the tuner leaves the best config running on the host: stopped here whatever the checks find
+        finished_ok(r)
+        report = status(study)
+        trials = kept(report["trials"])
+        refused = [t for t in trials if t["params"]["speculative-algorithm"] == "DFLASH"]
+        assert refused and all(t["reason"] == "host_rejected" and not t["launched"] for t in refused), trials
+        assert "DFLASH speculative decoding is not supported by CpuSRTPlatform on device 'cpu'" in refused[0]["detail"]
+        launched = [t for t in trials if t["launched"]]
+        assert report["launches"] == 2 and len(launched) == 2, trials
+        complete = [t for t in launched if t["state"] == "COMPLETE"]
+        assert len(complete) == 2, trials
+        for t in complete:
+            metrics = t["metrics"]
+            assert metrics["single_tok_s"] > 0 and metrics["concurrent_tok_s"] > 0, metrics
+            # chat traffic: acceptance read from the speculative figures SGLang sends after each finishing event
+            assert 1.0 <= metrics["accept_length"] <= t["config"]["speculative-num-steps"] + 1, metrics
+            assert t["ready_s"] > 5, t   # the tokenizer's slow start, waited for
+            assert not t["host_rewrote"], t  # the host's SGLang, asked in the server's environment, keeps intel_amx
+            log = (tmp_path / "t-logs" / f"trial-{t['number']:04d}.log").read_text()
+            assert "The server is fired up and ready to roll!" in log  # fetched from the host over SFTP
+            assert ENGINE.fatal_lines(log.splitlines()) == [], t["number"]
+        events = (tmp_path / "t.log").read_text()
+        assert not re.search(r"cannot be asked about a config", events)  # the host's own SGLang answered
 
-    spec = load_study(str(study)).target()
-    host = ProcessTarget(spec)
-    try:
         # the tuner has exited; the host keeps the best config running, healthy and verified
         info = httpx.get(host.base_url() + "/server_info", timeout=30).json()
         best = json.loads(run_autotune("best", "--study", str(study), "--json", cwd=tmp_path).stdout)

@@ -33,12 +33,13 @@ launches against the truth show; each config by a fixed bias of sd 0.5%). It scr
 seconds; it is not the evidence.
 
 Random hosts: --random N draws N seeds from the clock (printed, and kept in OUT/hosts.txt) for `autotune sim profile
---random SEED`, writes each host's profile to OUT/hosts/, and gives it a speedup at which its baseline runs
-concurrency 32 at about 7.5k tok/s by the closed form, like the named profiles; --random-seeds repeats a printed
-draw. With random hosts the report leads with the distribution: every study of the random hosts, of those where one
-of the engine's starting points fails for memory, and of each named profile; the five worst random hosts with what
-they are. --closed takes the emulator's closed form (autotune.sim.surface) as the truth instead of `sim surface
---study` (minutes per host): a screen, said so in the table's title. --truth-only computes the truths and stops.
+--random SEED --family F` (each family of --families: closed, tree, tight), writes each host's profile to OUT/hosts/,
+and gives it a speedup at which its baseline runs concurrency 32 at about 7.5k tok/s by the closed form, like the
+named profiles; --random-seeds repeats a printed draw. With random hosts the report leads with the distribution: every
+study of the random hosts, of each family, of those where one of the engine's starting points fails for memory, and
+of each named profile; the five worst random hosts with what they are. --closed takes the emulator's closed form
+(autotune.sim.surface) as the truth instead of `sim surface --study` (minutes per host): a screen, said so in the
+table's title. --truth-only computes the truths and stops.
 
 Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,...] [--modes weighted,concurrent]
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
@@ -83,7 +84,7 @@ from autotune.pruning import make_pruner  # noqa: E402
 from autotune.search import SearchSettings, make_sampler  # noqa: E402
 from autotune.sim import model as sim_model  # noqa: E402
 from autotune.sim.profile import load_profile  # noqa: E402
-from autotune.sim.random_profile import draw  # noqa: E402
+from autotune.sim.random_profile import FAMILIES, draw  # noqa: E402
 from autotune.engines.sglang import SGLang  # noqa: E402
 from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
@@ -615,7 +616,7 @@ def distribution_table(rows: list[dict[str, Any]], profiles: list[str], modes: l
     oom = oom_start_hosts(randoms, truths)
     every = tuple(modes)
     groups = ([(f"random hosts ({len(randoms)})", set(randoms), every)] if randoms else [])
-    for family in ("closed", "tree"):
+    for family in FAMILIES:
         members = {p for p in randoms if PROFILES[p].get("family", "closed") == family}
         if members and len(members) < len(randoms):
             groups.append((f"{family} family ({len(members)})", members, every))
@@ -725,8 +726,10 @@ def main() -> None:
                     help="N random hosts (`autotune sim profile --random SEED`), seeds drawn from the clock")
     ap.add_argument("--random-seeds", default="", metavar="S1,S2,...",
                     help="random hosts of these seeds (a printed run, repeated); OUT/hosts.txt: every host so far")
-    ap.add_argument("--families", default="closed", metavar="closed,tree",
-                    help="each random seed's host in these acceptance families (`autotune sim profile --family`)")
+    ap.add_argument("--families", default="closed", metavar="closed,tree,tight",
+                    help="each random seed's host in these families (`autotune sim profile --family`): the closed "
+                         "form's acceptance, the Monte Carlo of SGLang's tree, that tree with the widest tree of "
+                         "every width out of memory")
     ap.add_argument("--closed", action="store_true",
                     help="with --surrogate: the closed form as the truth (screening only; the tables' truth is "
                          "`sim surface --study`'s)")

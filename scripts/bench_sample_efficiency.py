@@ -221,6 +221,16 @@ SETUPS: dict[str, dict[str, Any]] = {
     "physics-from6": {"_search": {"physics_from": 6}},
     "physics-from4": {"_search": {"physics_from": 4}},
     "physics-from5": {"_search": {"physics_from": 5}},
+    # a region covered only by a measurement, a coverage or starting point that ran out of memory followed below
+    # it, the boundary a line per width (the default) against: covered by any launch there, memory failures and
+    # crashes included, and no follow-up (the rule before); no follow-up; the coverage launch by the model's mean
+    # times the chance of fitting; every config a failure reaches in doubt alike, per width or anywhere (before)
+    "cover-by-launch": {"_search": {"cover_by": "launch", "follow_oom": False}},
+    "no-follow": {"_search": {"follow_oom": False}},
+    "cover-product": {"_search": {"cover_fit": 0.0}},
+    "cover-fit03": {"_search": {"cover_fit": 0.3}},
+    "boundary-topk": {"_search": {"boundary": "topk"}},
+    "boundary-one": {"_search": {"boundary": "one"}},
 }
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"

@@ -256,6 +256,9 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
         import shlex
 
         click.echo(f"trial {rec.number}: {forms.estimate_text(rec, study)}")
+        tie = forms.tie_line(study)
+        if tie is not None:
+            click.echo(tie)
         trust = forms.predictions_line(study)
         if trust is not None:
             click.echo(trust)

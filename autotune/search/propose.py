@@ -16,7 +16,7 @@
   ran out of memory is followed at once by one of the same value below it (coverage.py).
 * Confirmations. The last launches of the budget re-measure the leader and its close rivals, each once, so that the
   pick rests on more than one lucky measurement; every config's estimate pools all its launches
-  (results.estimates).
+  (results.estimates), and the pick is settled by their intervals (results.settle).
 
 Every choice here was measured on random hosts (scripts/bench_sample_efficiency.py; docs/sampler.md,
 docs/search-priors.md).

@@ -33,6 +33,9 @@ def document(rec: TrialRecord, study: optuna.Study) -> dict[str, Any]:
            "metrics": rec.metrics, "command": rec.command, "estimate": estimate}
     predicted = results.predictions(study.get_trials(deepcopy=False))
     doc["predictions"] = None if predicted is None else predicted.document()
+    chosen = results.pick(study)
+    doc["tie"] = None if chosen is None or not chosen.tied else {
+        "with": [e.trials[0] for e in chosen.tied], "text": chosen.tie_text()}
     measured = adaptive_measured.compare(study)
     if measured is not None:
         doc["adaptive"] = adaptive_measured.document(measured)
@@ -49,6 +52,12 @@ def predictions_line(study: optuna.Study) -> str | None:
     """How well the search predicted its launches (how far to trust the pick), or None when it predicted none."""
     predicted = results.predictions(study.get_trials(deepcopy=False))
     return None if predicted is None else f"how far to trust the pick: {predicted.text()}"
+
+
+def tie_line(study: optuna.Study) -> str | None:
+    """How the pick was settled when its measurements could not tell it from another config's (None: they could)."""
+    chosen = results.pick(study)
+    return None if chosen is None else chosen.tie_text()
 
 
 def estimate_text(rec: TrialRecord, study: optuna.Study) -> str:

@@ -259,6 +259,9 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
         import shlex
 
         click.echo(f"trial {rec.number}: {forms.estimate_text(rec, study)}")
+        tie = forms.tie_line(study)
+        if tie is not None:
+            click.echo(tie)
         trust = forms.predictions_line(study)
         if trust is not None:
             click.echo(trust)
@@ -440,8 +443,9 @@ def sim_surface(profile: str | None, study_name: str | None, concurrency: int, s
 @sim.command("profile")
 @click.option("--random", "seed", required=True, type=click.IntRange(min=0), metavar="SEED",
               help="Draw a random host, model and draft from this seed (the same seed, the same profile).")
-@click.option("--family", type=click.Choice(["closed", "tree"]), default="closed", show_default=True,
-              help="The draft's acceptance model: the emulator's closed form, or a Monte Carlo of SGLang's tree.")
+@click.option("--family", type=click.Choice(["closed", "tree", "tight"]), default="closed", show_default=True,
+              help="The draft's acceptance model: the emulator's closed form, or a Monte Carlo of SGLang's tree; "
+                   "tight: that tree on a host whose widest tree of every width runs out of memory.")
 @click.option("--out", type=click.Path(dir_okay=False, writable=True, path_type=Path), default=None, metavar="FILE",
               help="Write the profile file here (default: print it).")
 def sim_profile(seed: int, family: str, out: Path | None) -> None:

@@ -188,18 +188,87 @@ def per_concurrency(study: optuna.Study) -> list[LevelBest]:
     return out
 
 
+#: how the pick settles a tie: the confirmed config with the higher pooled estimate (the default), or the one cheaper
+#: to run (``TrialRecord.cost``: for SGLang fewer draft tokens). On the surrogate bench the cheaper one cost 7 to 10
+#: studies of 300 whose final pick is within 2% of the optimum (docs/search-priors.md); the bench measures it again
+#: with --pick cheaper
+TIES = ("estimate", "cheaper")
+
+
+@dataclass(frozen=True)
+class Pick:
+    """The config a study picks; the confirmed configs it could not be told from (their 95% intervals overlap after a
+    confirmation of each), and of those the one cheapest to run when that is not the pick."""
+
+    estimate: Estimate
+    tied: tuple[Estimate, ...] = ()
+    cheaper: Estimate | None = None
+
+    def tie_text(self) -> str | None:
+        """The tie in words (None: there was none)."""
+        if not self.tied:
+            return None
+        others = ", ".join(str(e.trials[0]) for e in self.tied)
+        cost = ("it is also the cheapest of them to run" if self.cheaper is None else
+                f"the config of trial {self.cheaper.trials[0]} is cheaper to run (fewer draft tokens, for SGLang)")
+        return (f"tied with the config of trial{'s' if len(self.tied) > 1 else ''} {others}: their 95% intervals "
+                f"overlap after confirming each; the pick is the higher pooled estimate, and {cost}")
+
+
+def settle(found: dict[str, Estimate], cost: dict[str, tuple[float, ...]], tie: str = "estimate") -> Pick | None:
+    """The pick, settled by intervals. Until a config is confirmed (measured more than once) it is the best pooled
+    estimate. After that the best confirmed config keeps it unless another config's interval clears its own (lies
+    wholly above it), so that a confirmation that moves two configs' means a percent past each other does not move
+    it; confirmed configs whose intervals overlap it are its tie, settled by ``tie`` (TIES; ``cost`` per config
+    key)."""
+    if tie not in TIES:
+        raise ValueError(f"unknown tie rule {tie!r} (known: {', '.join(TIES)})")
+    best = top(found)
+    confirmed = {k: e for k, e in found.items() if e.launches > 1}
+    if best is None or not confirmed:
+        return None if best is None else Pick(best)
+    incumbent = top(confirmed)
+    assert incumbent is not None
+    clearing = {k: e for k, e in found.items() if e.low > incumbent.high}
+    if clearing:
+        return Pick(top(clearing))  # type: ignore[arg-type]
+    group = [incumbent, *sorted((e for e in confirmed.values() if e is not incumbent and e.overlaps(incumbent)),
+                                key=lambda e: -e.value)]
+    if len(group) == 1:
+        return Pick(incumbent)
+    known = all(e.key in cost for e in group)
+    cheapest = min(group, key=lambda e: (cost[e.key], -e.value, e.trials[0])) if known else incumbent
+    chosen = cheapest if tie == "cheaper" else incumbent
+    return Pick(chosen, tuple(e for e in group if e is not chosen), None if cheapest is chosen else cheapest)
+
+
+def pick(study: optuna.Study, trials: list[FrozenTrial] | None = None, tie: str = "estimate") -> Pick | None:
+    """The study's pick over ``trials`` (default: the whole study): ``settle`` on every measured config."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    found = estimates(study, trials)
+    by_number = {t.number: t for t in trials}
+    cost = {}
+    for key, e in found.items():
+        its = TrialRecord.of(by_number[e.trials[0]]).cost
+        if its is not None:
+            cost[key] = its
+    return settle(found, cost, tie)
+
+
 def leader(study: optuna.Study, trials: list[FrozenTrial] | None = None) -> Estimate | None:
-    """The config with the best pooled estimate (the first measured among equals)."""
-    return top(estimates(study, trials))
+    """The picked config's pooled estimate (``pick``)."""
+    chosen = pick(study, trials)
+    return None if chosen is None else chosen.estimate
 
 
 def ranked(study: optuna.Study) -> list[FrozenTrial]:
-    """Every feasible measured config, best first, each as the first trial that measured it (``best`` is the
-    first of them)."""
+    """Every feasible measured config, the pick first, then by pooled estimate, each as the first trial that
+    measured it (``best`` is the first of them)."""
     trials = study.get_trials(deepcopy=False)
     found = estimates(study)
     if found:
-        order = sorted(found.values(), key=lambda e: (-e.value, e.trials[0]))
+        first = leader(study, trials)
+        order = sorted(found.values(), key=lambda e: (first is None or e.key != first.key, -e.value, e.trials[0]))
         return [trials[e.trials[0]] for e in order]
     return sorted((t for t in trials if feasible(t)), key=lambda t: (-score(t, study), t.number))
 

@@ -341,11 +341,14 @@ class Tuner:
     def _report(self, study: optuna.Study, t: FrozenTrial) -> None:
         """The one line per trial a user reads: number, launch count, params, result or failure reason, best so far
         (the leader's pooled estimate, with its interval once it has one)."""
-        leader = results.leader(study)
+        chosen = results.pick(study)
+        leader = None if chosen is None else chosen.estimate
         best_text = "best: none yet" if leader is None else (
             f"best {leader.value:.4g} (trial {leader.trials[0]})" if leader.launches == 1 else
             f"best {leader.value:.4g} [{leader.low:.4g}, {leader.high:.4g}] (trial {leader.trials[0]}, "
             f"{leader.launches} launches)")
+        if chosen is not None and chosen.tied:
+            best_text += f"; {chosen.tie_text()}"
         rec = TrialRecord.of(t)
         trials = study.get_trials(deepcopy=False)
         if t.number in results.retried(trials):

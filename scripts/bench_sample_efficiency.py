@@ -33,12 +33,13 @@ launches against the truth show; each config by a fixed bias of sd 0.5%). It scr
 seconds; it is not the evidence.
 
 Random hosts: --random N draws N seeds from the clock (printed, and kept in OUT/hosts.txt) for `autotune sim profile
---random SEED`, writes each host's profile to OUT/hosts/, and gives it a speedup at which its baseline runs
-concurrency 32 at about 7.5k tok/s by the closed form, like the named profiles; --random-seeds repeats a printed
-draw. With random hosts the report leads with the distribution: every study of the random hosts, of those where one
-of the engine's starting points fails for memory, and of each named profile; the five worst random hosts with what
-they are. --closed takes the emulator's closed form (autotune.sim.surface) as the truth instead of `sim surface
---study` (minutes per host): a screen, said so in the table's title. --truth-only computes the truths and stops.
+--random SEED --family F` (each family of --families: closed, tree, tight), writes each host's profile to OUT/hosts/,
+and gives it a speedup at which its baseline runs concurrency 32 at about 7.5k tok/s by the closed form, like the
+named profiles; --random-seeds repeats a printed draw. With random hosts the report leads with the distribution: every
+study of the random hosts, of each family, of those where one of the engine's starting points fails for memory, and
+of each named profile; the five worst random hosts with what they are. --closed takes the emulator's closed form
+(autotune.sim.surface) as the truth instead of `sim surface --study` (minutes per host): a screen, said so in the
+table's title. --truth-only computes the truths and stops.
 
 Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,...] [--modes weighted,concurrent]
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
@@ -83,7 +84,7 @@ from autotune.pruning import make_pruner  # noqa: E402
 from autotune.search import SearchSettings, make_sampler  # noqa: E402
 from autotune.sim import model as sim_model  # noqa: E402
 from autotune.sim.profile import load_profile  # noqa: E402
-from autotune.sim.random_profile import draw  # noqa: E402
+from autotune.sim.random_profile import FAMILIES, draw  # noqa: E402
 from autotune.engines.sglang import SGLang  # noqa: E402
 from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
@@ -220,6 +221,16 @@ SETUPS: dict[str, dict[str, Any]] = {
     "physics-from6": {"_search": {"physics_from": 6}},
     "physics-from4": {"_search": {"physics_from": 4}},
     "physics-from5": {"_search": {"physics_from": 5}},
+    # a region covered only by a measurement, a coverage or starting point that ran out of memory followed below
+    # it, the boundary a line per width (the default) against: covered by any launch there, memory failures and
+    # crashes included, and no follow-up (the rule before); no follow-up; the coverage launch by the model's mean
+    # times the chance of fitting; every config a failure reaches in doubt alike, per width or anywhere (before)
+    "cover-by-launch": {"_search": {"cover_by": "launch", "follow_oom": False}},
+    "no-follow": {"_search": {"follow_oom": False}},
+    "cover-product": {"_search": {"cover_fit": 0.0}},
+    "cover-fit03": {"_search": {"cover_fit": 0.3}},
+    "boundary-topk": {"_search": {"boundary": "topk"}},
+    "boundary-one": {"_search": {"boundary": "one"}},
 }
 #: the emulator under a name of its own: test sessions of other checkouts kill stray "autotune-sim" processes
 EMULATOR = "import sys\nfrom autotune.sim.startup import main\nsys.argv[0] = 'sglang.launch_server'\nmain()\n"
@@ -323,16 +334,26 @@ def key_of(c: dict[str, Any]) -> tuple[int, int, int] | None:
     return int(c[STEPS]), int(c[TOPK]), int(c[DRAFT])
 
 
-def pick_value(mode: str, truth: Truth, study: optuna.Study, trials: list[FrozenTrial]) -> float | None:
-    """The true value of the config the tuner would pick from ``trials`` (the best pooled estimate, as `autotune
-    best` picks it), relative to the optimum; for pareto the measured front's hypervolume relative to the true one."""
+#: how the pick is made: as `autotune best` makes it (settled by intervals, a tie to the higher pooled estimate), the
+#: same with a tie to the config cheaper to run, or the best pooled estimate (the pick before it was settled)
+PICKS = ("settled", "cheaper", "mean")
+
+
+def pick_value(mode: str, truth: Truth, study: optuna.Study, trials: list[FrozenTrial],
+               rule: str = "settled") -> float | None:
+    """The true value of the config the tuner would pick from ``trials`` by ``rule`` (PICKS), relative to the
+    optimum; for pareto the measured front's hypervolume relative to the true one."""
     if mode == "pareto":
         measured = [t for t in trials if results.feasible(t) and not TrialRecord.of(t).reused_from is not None]
         front = [t for t in measured if not any(o.values[0] >= t.values[0] and o.values[1] >= t.values[1] and
                                                  tuple(o.values) != tuple(t.values) for o in measured)]
         keys = [k for k in (config_of(t) for t in front) if k is not None]
         return truth.hypervolume(keys) / truth.true_front_hv() if keys else None
-    leader = results.leader(study, trials)
+    if rule == "mean":
+        leader = results.top(results.estimates(study, trials))
+    else:
+        chosen = results.pick(study, trials, "cheaper" if rule == "cheaper" else "estimate")
+        leader = None if chosen is None else chosen.estimate
     key = None if leader is None else config_of(trials_by_number(trials)[leader.trials[0]])
     return None if key is None else truth.value(mode, key) / truth.optimum(mode)
 
@@ -343,21 +364,30 @@ def trials_by_number(trials: list[FrozenTrial]) -> dict[int, FrozenTrial]:
 
 def progress(mode: str, truth: Truth, study: optuna.Study) -> dict[str, Any]:
     """Launches so far, the launch count at which the pick was first within 2% of the optimum (None: not yet), the
-    pick's share of the optimum after each launch, and trials since the last launch."""
+    pick's share of the optimum after each launch, and trials since the last launch; the same for the other rules
+    of PICKS (``_cheaper``, ``_mean``), and whether the last pick was a tie."""
     trials = study.get_trials(deepcopy=False)
     finished = sorted((t for t in trials if t.state in results.FINISHED), key=lambda t: t.number)
     again = results.retried(trials)  # an attempt cut short for the infrastructure's sake is not a launch
-    launches, at, since, picks = 0, None, 0, []
+    launches, since = 0, 0
+    at: dict[str, int | None] = dict.fromkeys(PICKS)
+    picks: dict[str, list[float | None]] = {rule: [] for rule in PICKS}
     for n, t in enumerate(finished):
         since += 1
         if not TrialRecord.of(t).launched or t.number in again:
             continue
         launches, since = launches + 1, 0
-        value = pick_value(mode, truth, study, finished[:n + 1])
-        picks.append(value)
-        if at is None and value is not None and value >= TARGET:
-            at = launches
-    return {"launches": launches, "reached_at": at, "trials": len(finished), "since_launch": since, "picks": picks}
+        for rule in PICKS:
+            value = pick_value(mode, truth, study, finished[:n + 1], rule)
+            picks[rule].append(value)
+            if at[rule] is None and value is not None and value >= TARGET:
+                at[rule] = launches
+    chosen = results.pick(study, finished) if mode != "pareto" else None
+    out = {"launches": launches, "reached_at": at["settled"], "trials": len(finished), "since_launch": since,
+           "picks": picks["settled"], "tie": bool(chosen and chosen.tied)}
+    for rule in PICKS[1:]:
+        out[f"reached_at_{rule}"], out[f"picks_{rule}"] = at[rule], picks[rule]
+    return out
 
 
 def oracle_launches(mode: str, truth: Truth, order: list[tuple[int, int, int]]) -> int:
@@ -502,7 +532,8 @@ def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, 
     state = progress(mode, truth, study)
     return {"profile": profile, "mode": mode, "setup": setup, "seed": seed, "cap": cap,
             "reached_at": state["reached_at"], "launches": state["launches"], "trials": state["trials"],
-            "picks": state["picks"], "stopped_by": "budget", "wall_s": round(time.monotonic() - start, 1),
+            "picks": state["picks"], **{k: v for k, v in state.items() if k.startswith(("reached_at_", "picks_"))},
+            "tie": state["tie"], "stopped_by": "budget", "wall_s": round(time.monotonic() - start, 1),
             "surrogate": True}
 
 
@@ -615,7 +646,7 @@ def distribution_table(rows: list[dict[str, Any]], profiles: list[str], modes: l
     oom = oom_start_hosts(randoms, truths)
     every = tuple(modes)
     groups = ([(f"random hosts ({len(randoms)})", set(randoms), every)] if randoms else [])
-    for family in ("closed", "tree"):
+    for family in FAMILIES:
         members = {p for p in randoms if PROFILES[p].get("family", "closed") == family}
         if members and len(members) < len(randoms):
             groups.append((f"{family} family ({len(members)})", members, every))
@@ -725,8 +756,10 @@ def main() -> None:
                     help="N random hosts (`autotune sim profile --random SEED`), seeds drawn from the clock")
     ap.add_argument("--random-seeds", default="", metavar="S1,S2,...",
                     help="random hosts of these seeds (a printed run, repeated); OUT/hosts.txt: every host so far")
-    ap.add_argument("--families", default="closed", metavar="closed,tree",
-                    help="each random seed's host in these acceptance families (`autotune sim profile --family`)")
+    ap.add_argument("--families", default="closed", metavar="closed,tree,tight",
+                    help="each random seed's host in these families (`autotune sim profile --family`): the closed "
+                         "form's acceptance, the Monte Carlo of SGLang's tree, that tree with the widest tree of "
+                         "every width out of memory")
     ap.add_argument("--closed", action="store_true",
                     help="with --surrogate: the closed form as the truth (screening only; the tables' truth is "
                          "`sim surface --study`'s)")
@@ -739,6 +772,10 @@ def main() -> None:
     ap.add_argument("--out", type=Path, default=REPO / ".bench" / "sample_efficiency")
     ap.add_argument("--surrogate", action="store_true", help="in-process screen: the truth plus noise, no launches")
     ap.add_argument("--report", action="store_true", help="run nothing: print the tables from the results so far")
+    ap.add_argument("--pick", choices=PICKS, default="settled",
+                    help="score the pick as `autotune best` makes it (settled by intervals, a tie to the higher "
+                         "pooled estimate), with a tie to the config cheaper to run, or the best pooled estimate (the "
+                         "pick before)")
     ap.add_argument("--requests", type=int, default=REQUESTS, help="the single stream's requests")
     ap.add_argument("--generations", type=int, default=GENERATIONS,
                     help="each concurrency level's window, in generations of requests (c each)")
@@ -816,13 +853,19 @@ def main() -> None:
             and r["mode"] in modes and r["setup"] in setups]
     if not args.surrogate:  # scored again from each study's storage: the table always reads the studies as they are
         rows = [rescored(work, r, truths[r["profile"]]) for r in rows]
+    if args.pick != "settled":
+        rows = [{**r, "reached_at": r[f"reached_at_{args.pick}"], "picks": r[f"picks_{args.pick}"]} for r in rows]
+    ties = sum(bool(r.get("tie")) for r in rows)
     wall = sum(r["wall_s"] for r in rows)
     print(f"\nlaunches until the pick is within 2% of the optimum: median over seeds, (reached/runs); "
           f"{'SURROGATE (the truth + noise)' if args.surrogate else 'autotune run on the emulator'}; "
           f"cap {args.cap} launches; single stream {args.requests} requests, windows of {args.generations} "
           f"generations; {len(rows)} studies, "
           f"{wall / 3600:.1f} h of study time, "
-          f"this run {(time.monotonic() - started) / 3600:.2f} h")
+          f"this run {(time.monotonic() - started) / 3600:.2f} h; the pick "
+          + {"settled": "settled by intervals, as `autotune best` makes it", "cheaper": "settled by intervals, a tie "
+             "to the cheaper config (--pick cheaper)", "mean": "the best pooled estimate (--pick mean)"}[args.pick]
+          + f"; {ties} studies ended on a tie")
     truth_kind = ("the emulator's closed form (screening)" if args.closed else
                   "`autotune sim surface --study` (the emulator's scheduler)")
     randoms = any(p.startswith("random-") for p in profiles)
@@ -860,7 +903,8 @@ def stored_study(work: Path, row: dict[str, Any]) -> optuna.Study:
 def rescored(work: Path, row: dict[str, Any], truth: Truth) -> dict[str, Any]:
     """``row`` with the launch at which its study's pick came within 2%, and its picks, read again from the study."""
     state = progress(row["mode"], truth, stored_study(work, row))
-    return {**row, "reached_at": state["reached_at"], "picks": state["picks"], "launches": state["launches"]}
+    return {**row, **{k: v for k, v in state.items() if k.startswith(("reached_at", "picks")) or k in ("launches",
+                                                                                                    "tie")}}
 
 
 def accuracy_table(work: Path, rows: list[dict[str, Any]], profiles: list[str], truths: dict[str, Truth]) -> str:

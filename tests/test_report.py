@@ -112,7 +112,7 @@ def test_best_formats(study: Path, monkeypatch: pytest.MonkeyPatch, capsys: pyte
 
     as_json = json.loads(best("--format", "json"))
     assert set(as_json) == {"number", "params", "value", "values", "metrics", "command", "estimate",
-                            "predictions"}
+                            "predictions", "tie"}
     estimate = as_json["estimate"]  # the config's value pooled over its launches, with its 95% interval
     assert estimate["low"] <= estimate["value"] <= estimate["high"] and as_json["number"] in estimate["trials"]
     assert json.loads(best("--json")) == as_json

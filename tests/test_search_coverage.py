@@ -1,7 +1,8 @@
 """No region the data cannot rule out is left unmeasured, and physics earns its weight by predicting
 (autotune/search/propose.py): a surrogate host whose best tree width is the one the opening and the physics prior rank
 lowest (topk 8 with a small verify budget, a draft whose wide shallow trees do better than the physics model's shape
-allows). Every topk gets a launch; the search measures the hidden region and picks it; before each of its launches it
+allows). Every topk gets a launch; the search measures the hidden region and picks it, and a width whose coverage
+launch ran out of memory or crashed stays open until a launch measures a config there; before each of its launches it
 records a prediction with an interval, after it the error, and once physics misses beyond its own interval the study
 leans on the data-only model. Surrogate studies through the product's own trial path (fast: no server)."""
 from __future__ import annotations
@@ -10,20 +11,27 @@ import math
 from dataclasses import replace
 from pathlib import Path
 
+import optuna
 import pytest
 
 from autotune import results
 from autotune.best import best_record, document, predictions_line
+from autotune.engines import ServerInfo
+from autotune.errors import TrialFailure
 from autotune.plan import Plan, make_plan
-from autotune.record import TrialRecord
+from autotune.record import TrialRecord, write
 from autotune.report.summary import summary_markdown
+from autotune.search.feasibility import at_least
 from autotune.search.physics import accept_length, features
 from autotune.search.propose import physics_set_aside
+from autotune.space import Candidate
 from autotune.study import load_study
 from autotune.testing.studies import SPEC_SPACE, write_study
+from autotune.trial.launch import OnPhase
+from autotune.trial.surrogate import SurrogateLaunch
 from autotune.truth import ConfigTruth
 from tests.support.study_texts import DRAFT, STEPS, TOPK
-from tests.support.surrogate_studies import run
+from tests.support.surrogate_studies import EXACT, run
 
 #: seconds per accepted token and request at each level: fixed, per step, per draft token, per step x topk (the
 #: draft tree's candidates cost much: the physics shape ranks topk 8 lowest)
@@ -111,6 +119,83 @@ def test_without_coverage_the_search_misses_it(tmp_path: Path) -> None:
     assert own and all(tree_of(r.config)[1] != 8 for r in own)
     pick = TrialRecord.of(trials[results.leader(study).trials[0]])
     assert weighted(truth, plan, pick.config_key) < 0.96 * max(weighted(truth, plan, k) for k in truth)
+
+
+def widest_out_of_memory(plan: Plan) -> dict[str, ConfigTruth]:
+    """The hidden host with a tight memory: a topk-8 tree fits only up to 3 steps and 9 draft tokens, so the widest
+    topk-8 trees, the ones the coverage launch goes for, run out of memory, and the optimum (2, 8, 7) sits below that
+    boundary."""
+    return {k: replace(t, fits=t.params[TOPK] < 8 or (t.params[STEPS] <= 3 and t.params[DRAFT] <= 9))
+            for k, t in hidden_host(plan).items()}
+
+
+def covered_study(tmp_path: Path, seed: int, **settings: object) -> tuple[Plan, dict[str, ConfigTruth], list]:
+    plan = make_plan(load_study(str(write_study(tmp_path, name=f"s{seed}", objective="weighted", space=SPEC_SPACE,
+                                                trials=15, seed=seed))))
+    plan = replace(plan, search=replace(plan.search, **{**SLOW_PRIOR, **settings}))
+    truth = widest_out_of_memory(plan)
+    return plan, truth, run(plan, truth)
+
+
+@pytest.mark.parametrize("seed", [3, 4])
+def test_a_width_whose_coverage_runs_out_of_memory_is_measured_below_it(tmp_path: Path, seed: int) -> None:
+    """A width is covered only by a measurement: the coverage launch of topk 8 runs out of memory, the next launch is
+    the model's best topk-8 config below that failure, the search goes on until a topk-8 tree is measured, and it
+    picks the optimum there."""
+    plan, truth, study = covered_study(tmp_path, seed)
+    trials = study.get_trials(deepcopy=False)
+    launched = [TrialRecord.of(t) for t in results.launches(trials)]
+    first = next(i for i, r in enumerate(launched) if r.role == "coverage" and tree_of(r.config)[1] == 8)
+    assert launched[first].reason == "oom_startup"
+    after = launched[first + 1]
+    assert after.role == "coverage" and tree_of(after.config)[1] == 8
+    assert not at_least(plan.engine, after.config, launched[first].config)
+    assert any(r.feasible and tree_of(r.config)[1] == 8 for r in launched)
+    pick = TrialRecord.of(trials[results.leader(study).trials[0]])
+    optimum = max(weighted(truth, plan, k) for k, t in truth.items() if t.fits)
+    assert tree_of(pick.config)[1] == 8 and weighted(truth, plan, pick.config_key) >= 0.98 * optimum
+
+
+def test_counting_a_failed_launch_as_coverage_loses_the_width(tmp_path: Path) -> None:
+    """The rule before: the coverage launch that ran out of memory counted as topk 8's, the search never measured a
+    topk-8 tree and ended 5% short."""
+    plan, truth, study = covered_study(tmp_path, 3, cover_by="launch", follow_oom=False, boundary="one")
+    trials = study.get_trials(deepcopy=False)
+    launched = [TrialRecord.of(t) for t in results.launches(trials)]
+    assert not any(r.feasible and tree_of(r.config)[1] == 8 for r in launched)
+    pick = TrialRecord.of(trials[results.leader(study).trials[0]])
+    optimum = max(weighted(truth, plan, k) for k, t in truth.items() if t.fits)
+    assert weighted(truth, plan, pick.config_key) < 0.96 * optimum
+
+
+class CrashOnce(SurrogateLaunch):
+    """The first topk-8 launch dies while its server starts (a one-off: the config is not to blame)."""
+
+    crashed = False
+
+    def start(self, trial: optuna.Trial, candidate: Candidate, on_phase: OnPhase) -> ServerInfo:
+        if candidate.args[TOPK] == 8 and not self.crashed:
+            self.crashed = True
+            write.launched(trial, ["surrogate"], "")
+            raise TrialFailure("crashed", "the server died while starting")
+        return super().start(trial, candidate, on_phase)
+
+
+@pytest.mark.parametrize(("cover_by", "measured"), [("measurement", True), ("launch", False)])
+def test_a_width_lost_to_a_crash_stays_open(tmp_path: Path, cover_by: str, measured: bool) -> None:
+    """The hidden host's coverage launch of topk 8 crashes at start: the width is not covered by it, so a later
+    launch of the search measures a topk-8 tree and the pick is the optimum there; counted as covered by the crash
+    (the rule before), the search measures no topk-8 tree and the pick ends short."""
+    plan = make_plan(load_study(str(write_study(tmp_path, objective="weighted", space=SPEC_SPACE, trials=15, seed=3))))
+    plan = replace(plan, search=replace(plan.search, **SLOW_PRIOR, cover_by=cover_by))
+    truth = hidden_host(plan)
+    study = run(plan, truth, CrashOnce(plan, truth, EXACT, seed=1))
+    launched = [TrialRecord.of(t) for t in results.launches(study.get_trials(deepcopy=False))]
+    assert [r.reason for r in launched if tree_of(r.config)[1] == 8][:1] == ["crashed"]
+    assert any(r.feasible and r.role is not None and tree_of(r.config)[1] == 8 for r in launched) == measured
+    pick = TrialRecord.of(study.get_trials(deepcopy=False)[results.leader(study).trials[0]])
+    share = weighted(truth, plan, pick.config_key) / max(weighted(truth, plan, k) for k in truth)
+    assert share >= 0.98 if measured else share < 0.96
 
 
 def test_each_launch_the_search_chose_carries_its_prediction_and_error(tmp_path: Path) -> None:

@@ -249,6 +249,16 @@ class Engine(ABC):
         (and equal in the rest) runs out too, and one at most as large as a config that fitted fits."""
         return ()
 
+    def cost(self, args: Mapping[str, ArgValue]) -> tuple[float, ...] | None:
+        """What a config costs to run, to compare configs by (smaller first): its values of ``memory_flags``, in
+        their order (SGLang: draft tokens, then steps, then topk). The pick settles a tie between configs its
+        measurements cannot tell apart by it (results.settle). None: the engine names no such flags."""
+        flags = self.memory_flags(args)
+        try:
+            return tuple(float(args[f]) for f in flags) if flags else None  # type: ignore[arg-type]
+        except (KeyError, TypeError, ValueError):
+            return None
+
     def owner_of(self, flag: str) -> str | None:
         """Why ``flag`` is no flag to tune: what the target or autotune sets through it (None: it can be tuned)."""
         if flag == self.port_flag:

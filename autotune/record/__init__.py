@@ -17,6 +17,7 @@ Keys (user attrs of a trial):
     owner                      the process that ran it: host, boot, pid, start time (autotune.owner)
     params                     the tuned flags as the server ran them (a dependent flag's value, not its fill)
     config, config_key         every server flag after the engine's rules, and its canonical key
+    cost                       what the config costs to run (Engine.cost), to settle a tie between configs
     applied_key                the key of what /server_info reported
     command, log               the server's argv (secrets masked) and the local log file of that start
     ready_s, timings           seconds until ready; seconds per phase

@@ -42,6 +42,8 @@ class TrialRecord:
     worker: str | None = None
     config: dict[str, ArgValue] | None = None
     config_key: str | None = None
+    #: what the config costs to run, to compare configs by (Engine.cost: smaller first; None: not recorded)
+    cost: tuple[float, ...] | None = None
     applied_key: str | None = None
     command: list[str] | None = None
     log: str | None = None
@@ -78,6 +80,7 @@ class TrialRecord:
             roles=tuple(r for r in ROLES if a.get(r)), retry_of=_int(a.get("retry_of")), target=a.get("target"),
             origin=a.get("origin"),
             worker=a.get("worker"), config=a.get("config"), config_key=a.get("config_key"),
+            cost=tuple(a["cost"]) if a.get("cost") is not None else None,
             applied_key=a.get("applied_key"), command=a.get("command"), log=a.get("log"), ready_s=a.get("ready_s"),
             timings=dict(a.get("timings") or {}), capacity=a.get("capacity"),
             slo_capacity=a.get("slo_capacity"), metrics=dict(a.get("metrics") or {}),

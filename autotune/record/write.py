@@ -2,7 +2,7 @@
 what the server reports, the measurement or why there is none, and the attrs a queued trial starts with."""
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import optuna
@@ -30,12 +30,15 @@ def started(trial: optuna.Trial, target: str, worker: str) -> None:
 
 
 def candidate(trial: optuna.Trial, params: Mapping[str, ArgValue], config: Mapping[str, ArgValue] | None = None,
-              key: str | None = None) -> None:
-    """The tuned flags as the server will run them (and, once known, the whole effective config and its key)."""
+              key: str | None = None, cost: Sequence[float] | None = None) -> None:
+    """The tuned flags as the server will run them (and, once known, the whole effective config, its key and what
+    it costs to run, Engine.cost)."""
     trial.set_user_attr("params", dict(params))
     if config is not None:
         trial.set_user_attr("config", mask_mapping(config))
         trial.set_user_attr("config_key", key)
+    if cost is not None:
+        trial.set_user_attr("cost", list(cost))
 
 
 def host_rewrote(trial: optuna.Trial, changes: Mapping[str, list[ArgValue | None]]) -> None:

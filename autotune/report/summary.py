@@ -139,6 +139,9 @@ def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader:
               f"TTFT p99 {_fmt(m.get('ttft_p99_ms'))} ms"]
     if base is not None and base.number != best.number and base.state == TrialState.COMPLETE:
         lines += [f"- {g.name} vs the baseline (trial {base.number}): {g.text()}" for g in gains(best, base)]
+    chosen = results.pick(study) if study is not None else None
+    if chosen is not None and chosen.tied:
+        lines.append(f"- the pick: {chosen.tie_text()}")
     predicted = results.predictions(list(study.get_trials(deepcopy=False))) if study is not None else None
     if predicted is not None:
         lines.append(f"- how far to trust the pick: {predicted.text()}")

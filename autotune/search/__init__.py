@@ -1,6 +1,7 @@
 """How the next config is chosen: the sampler (sampling.py) and the tuner's own proposals beside it (propose.py:
-neighbours of the leader ranked by a small Gaussian process, local_model.py, over the space's geometry,
-neighbours.py; confirmations), under one set of switches (settings.py)."""
+the whole space's best by a small Gaussian process, local_model.py, over a physics prior, physics.py, and the
+space's geometry, neighbours.py; a launch for each width no measurement has covered, coverage.py; within the memory
+boundary, feasibility.py; confirmations), under one set of switches (settings.py)."""
 from autotune.search.propose import Proposal, confirmation, propose
 from autotune.search.sampling import (
     DEFAULT_STARTUP_TRIALS,

@@ -11,9 +11,12 @@
   unmeasured neighbour (neighbours.py) of the config with the best pooled estimate or of its close rivals (configs
   whose 95% intervals overlap it: noise may have put the wrong one first), the one the local model rates most
   promising; when no neighbour is left, the sampler proposes.
+* Coverage. Each value of a categorical flag (topk) no launch has measured gets a launch at the model's best config
+  there below the memory boundary, a few launches before the confirmations; a coverage or starting-point launch that
+  ran out of memory is followed at once by one of the same value below it (coverage.py).
 * Confirmations. The last launches of the budget re-measure the leader and its close rivals, each once, so that the
   pick rests on more than one lucky measurement; every config's estimate pools all its launches
-  (results.estimates).
+  (results.estimates), and the pick is settled by their intervals (results.settle).
 
 Every choice here was measured on random hosts (scripts/bench_sample_efficiency.py; docs/sampler.md,
 docs/search-priors.md).
@@ -33,6 +36,7 @@ from optuna.trial import FrozenTrial, TrialState
 from autotune import record, results
 from autotune.engines import ArgValue, Engine
 from autotune.record import TrialRecord
+from autotune.search.coverage import to_follow, uncovered
 from autotune.search.feasibility import MEMORY_REASONS, Feasibility
 from autotune.score import objective_values
 from autotune.search.local_model import Point, improvement, informed, posterior, rank
@@ -102,6 +106,9 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     points = _points(plan.space, trials, found, settings, predict)
     if settings.cover != "off":
         gaps = uncovered(plan.space, trials, measured, feasibility, settings)
+        follow = to_follow(trials, gaps) if settings.follow_oom else {}
+        if follow:  # a coverage or starting-point launch ran out of memory: its value below the new boundary
+            return _cover(plan.space, settings, follow, measured, points, feasibility, rng, predict)
         if gaps and (settings.cover == "early" or left <= reserve + len(gaps) + settings.cover_room):
             return _cover(plan.space, settings, gaps, measured, points, feasibility, rng, predict)
     if left <= reserve:
@@ -123,42 +130,17 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
     return _neighbour(plan.space, settings, around, measured, points, rng)
 
 
-def uncovered(space: Space, trials: list[FrozenTrial], measured: set[str], feasibility: Feasibility,
-              settings: SearchSettings) -> dict[str, list[ArgValue]]:
-    """Per categorical flag of the space, its values no launch has tried yet and where some unmeasured config may
-    still fit in memory (a launch that ran out of memory tried its value: the whole-space model may go back there
-    below the memory boundary)."""
-    flags = {p.name: p.values() for p in space.params if p.type == "categorical" and len(p.values()) > 1}
-    if not flags:
-        return {}
-    seen: dict[str, set[ArgValue]] = {name: set() for name in flags}
-    for t in results.launches(trials):
-        rec = TrialRecord.of(t)
-        if rec.adaptive:
-            continue
-        for name in flags:
-            if name in rec.params:
-                seen[name].add(rec.params[name])
-    open_: dict[str, set[ArgValue]] = {name: set() for name in flags}
-    for params, candidate in valid_configs(space):
-        missing = [n for n in flags if params.get(n) not in seen[n] and params.get(n) not in open_[n]]
-        if missing and candidate.key not in measured and feasibility.probability(candidate.args,
-                                                                                 settings.fit_unknown) > 0:
-            for n in missing:
-                open_[n].add(params[n])
-    return {n: [v for v in flags[n] if v in open_[n]] for n in flags if open_[n]}
-
-
 def _cover(space: Space, settings: SearchSettings, gaps: dict[str, list[ArgValue]], measured: set[str],
            points: list[Point], feasibility: Feasibility, rng: random.Random, prior: Prior | None) -> Proposal | None:
-    """The model's best config (its mean times its chance of fitting) at a value of a categorical flag no launch has
-    measured; of the values open, the one whose best config the model rates highest (at random while the model has
-    too few points)."""
+    """The model's best config at a value of a categorical flag no launch has measured: of the configs there more
+    likely to fit than not (chance at least ``SearchSettings.cover_fit``: below the boundary), the one with the best
+    mean; when none is, the best mean times chance of fitting. Of the values open, the one whose best config the model
+    rates highest (at random while the model has too few points)."""
     options = []
     for params, candidate in valid_configs(space):
         if candidate.key in measured or not any(params.get(n) in values for n, values in gaps.items()):
             continue
-        chance = feasibility.probability(candidate.args, settings.fit_unknown)
+        chance = feasibility.probability(candidate.args, settings.fit_unknown, settings.boundary)
         if chance > 0:
             options.append((params, candidate, chance))
     if not options:
@@ -169,7 +151,9 @@ def _cover(space: Space, settings: SearchSettings, gaps: dict[str, list[ArgValue
     where = [coordinates(space, params, settings) for params, _, _ in options]
     priors = [prior(c.args) for _, c, _ in options] if prior else None
     mu, _ = posterior(points, where, unordered(space), settings, priors)
-    best = max(range(len(options)), key=lambda i: mu[i] + math.log(options[i][2]))
+    below = [i for i in range(len(options)) if options[i][2] >= settings.cover_fit > 0]
+    best = max(below, key=lambda i: mu[i]) if below else max(range(len(options)),
+                                                              key=lambda i: mu[i] + math.log(options[i][2]))
     return Proposal(space.internal(options[best][0]), "coverage",
                     prediction=_predicted(points, where[best], space, settings, priors[best] if priors else None))
 
@@ -337,7 +321,7 @@ def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, 
     for params, candidate in valid_configs(space):
         if candidate.key in measured:
             continue
-        chance = feasibility.probability(candidate.args, settings.fit_unknown)
+        chance = feasibility.probability(candidate.args, settings.fit_unknown, settings.boundary)
         if chance > 0:
             options.append((params, candidate, coordinates(space, params, settings), chance))
     if not options:

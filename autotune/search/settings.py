@@ -55,7 +55,8 @@ class SearchSettings:
     #: distinct trees launched before the physics prior is used (3: from the opening on; a prior that mispredicts is
     #: set aside, ``physics_misses``)
     physics_from: int = 3
-    #: the chance of fitting given to a config neither above a memory failure nor below a config that started
+    #: the chance of fitting given to a config neither above a memory failure nor below a config that started, where
+    #: a failure reaches it (with ``boundary`` "line": where no line through its width's evidence separates them)
     fit_unknown: float = 0.5
     #: when each value of a categorical flag (topk) no launch has measured gets a launch at the model's best config
     #: there: "late" (``cover_room`` launches before the confirmations begin, or at the latest in their place),
@@ -63,6 +64,19 @@ class SearchSettings:
     cover: str = "late"
     #: with cover "late": launches left after the coverage for following up what it found, before the confirmations
     cover_room: int = 6
+    #: what covers a value of a categorical flag: "measurement" (a launch that measured a config there) or "launch"
+    #: (any launch there, even one that ran out of memory or crashed before measuring: the rule before)
+    cover_by: str = "measurement"
+    #: a coverage or starting-point launch that ran out of memory is followed at once by the model's best config of
+    #: the same value below the new boundary
+    follow_oom: bool = True
+    #: a coverage launch goes to the model's best config (by its mean) among those whose chance of fitting is at
+    #: least this (0, or none is: the best mean times chance)
+    cover_fit: float = 0.5
+    #: how a memory failure puts configs in doubt (feasibility.py): "line" (configs of its draft tree's width and
+    #: wider ones, each by the share of that width's boundary lines under which it fits), "topk" (the same configs,
+    #: ``fit_unknown`` each) or "one" (every config, ``fit_unknown``, once any failure is seen: the rule before)
+    boundary: str = "line"
     #: launches the physics prior may miss (measured outside the interval the model predicted with it) before the
     #: study's search sets it aside and leans on the data-only model (0: never)
     physics_misses: int = 1

@@ -17,6 +17,10 @@ The five named profiles are hosts somebody calibrated by hand; this draws hosts 
    its own weights the same way;
 4. the draft's acceptance: first-depth acceptance, how it decays with depth and what extra candidates per depth buy.
 
+A host comes in one of three families (``FAMILIES``): its acceptance by the emulator's closed form, or by a Monte
+Carlo of SGLang's tree (tree_acceptance.py), or that tree with its CUDA graphs given too little room for the widest
+tree of any width (``TIGHT_HEADROOM``).
+
 Every range below names its source: a datasheet or card (``catalog.py``), a paper, or one of the five calibrated
 profiles (each of which cites its own measurements). The ranges were written before any study ran on these hosts;
 the same seed gives the same profile.
@@ -171,8 +175,20 @@ TREE_ACCEPTANCE: dict[str, dict[str, tuple[float, float]]] = {
     "mtp": {"align": (0.92, 0.99), "align_decay": (0.80, 0.93), "confidence": (0.8, 0.95),
             "confidence_spread": (2.0, 8.0)},
 }
-#: the two families of hosts: the emulator's closed-form acceptance, or the Monte Carlo of SGLang's tree
-FAMILIES = ("closed", "tree")
+#: the third family's memory (``family = "tight"``: the tree family's host and draft, its CUDA graphs given less
+#: room): the headroom outside the static pool that the graphs may take, as a share of what the default space's
+#: widest topk-2 tree (8 steps, 31 draft tokens) needs. Below 1 the widest tree of every width fails at graph
+#: capture (wider widths need more: their draft trees hold topk + (steps - 1) x topk^2 candidates), while chains and
+#: the narrower trees of each width start: what a host looks like when its owner raised --mem-fraction-static for a
+#: larger KV cache, or shares the GPU with another process, so that SGLang's reserve is partly gone. The range is the
+#: family's definition, not a measurement: below 1 every width loses its widest tree, and at 0.5 the engine's first
+#: tree (5 steps, topk 2, 11 draft tokens) still starts on each host of seeds 0-199.
+TIGHT_HEADROOM = (0.5, 0.95)
+#: the widest topk-2 tree of the default space (steps, topk, draft tokens): TIGHT_HEADROOM's unit
+WIDEST_TOPK2 = (8, 2, 31)
+#: the families of hosts: the emulator's closed-form acceptance, the Monte Carlo of SGLang's tree, and that tree on
+#: a host whose widest tree of every width runs out of memory
+FAMILIES = ("closed", "tree", "tight")
 
 #: acceptance lost per unit of temperature: 70B EAGLE-3 heads keep ~93 % of (tau - 1) from T = 0 to 1 (0.03), the
 #: profiles hold 0.03-0.15.
@@ -207,7 +223,7 @@ class RandomHost:
     tp: int
     sections: dict[str, dict[str, Any]]
     facts: dict[str, float]
-    family: str = "closed"         # the draft's acceptance model (FAMILIES)
+    family: str = "closed"         # the draft's acceptance model and the memory it has (FAMILIES)
 
     @property
     def name(self) -> str:
@@ -229,7 +245,8 @@ def draw(seed: int, *, model_name: str | None = None, quant: str | None = None, 
     """The host of ``seed``; any of model, quantization, GPU and tp may be pinned (the rest is still drawn).
     ``family``: the draft's acceptance model, "closed" (the emulator's closed form) or "tree" (the Monte Carlo of
     SGLang's tree, its draft drawn from TREE_ACCEPTANCE by a generator of its own: the same seed's hardware, model
-    and costs in both families)."""
+    and costs in both families), or "tight" (the tree family's host with less room for CUDA graphs:
+    TIGHT_HEADROOM)."""
     if family not in FAMILIES:
         raise RandomProfileError(f"unknown family {family!r} (known: {', '.join(FAMILIES)})")
     rng = random.Random(seed)
@@ -258,8 +275,10 @@ def draw(seed: int, *, model_name: str | None = None, quant: str | None = None, 
                 continue
             size = fewest * 2 if tp is None and wider and fewest * 2 in TP_SIZES else fewest
             sections, facts = _derive(seed, card, q, g, size, factors, 8 if whole_host else size)
-            if family == "tree":
+            if family in ("tree", "tight"):
                 _tree_family(seed, card, sections)
+            if family == "tight":
+                _tight_memory(seed, size, sections)
             return RandomHost(seed, card, q, g, size, sections, facts, family)
     where = f"{gpus[0].name} at tp {tp}" if gpu is not None and tp is not None else "any GPU of the catalog"
     raise RandomProfileError(f"{card.name} ({q.key}) does not fit {where} with a KV pool of {MIN_KV_TOKENS} tokens")
@@ -275,6 +294,27 @@ def _tree_family(seed: int, card: Card, sections: dict[str, dict[str, Any]]) -> 
     head = sections["profile"]
     head["name"] = f"random-tree-{seed}"
     head["description"] += ", acceptance by Monte Carlo of SGLang's tree"
+
+
+def _tight_memory(seed: int, tp: int, sections: dict[str, dict[str, Any]]) -> None:
+    """Leave the CUDA graphs a share of TIGHT_HEADROOM (drawn by a generator of its own) of what the widest topk-2
+    tree needs: the memory outside the static pool that something else takes is added to the activations' (a host
+    that already has less room keeps it)."""
+    share = _u(random.Random(f"tight-{seed}"), TIGHT_HEADROOM)
+    profile = _profile(sections)
+    plan = model.memory_plan(profile, model.Config(tp=tp, spec=model.Spec(1, 1, 2),
+                                                   max_running_requests=model.SPEC_DEFAULT_MAX_RUNNING_REQUESTS))
+    mem = sections["memory"]
+    steps, topk, draft = WIDEST_TOPK2
+    slot_mb = share * (mem["graph_verify_mb_per_token"] * draft
+                       + mem["graph_tree_mb_per_node"] * model.Spec(steps, topk, draft).tree_nodes)
+    room = mem["graph_base_gb"] + plan.cuda_graph_max_bs * slot_mb / 1024
+    taken = plan.headroom_gb - room
+    if taken > 0:
+        mem["activation_gb"] = _sig(mem["activation_gb"] + taken)
+    head = sections["profile"]
+    head["name"] = f"random-tight-{seed}"
+    head["description"] += f", CUDA graphs given {share:.0%} of what the widest topk-2 tree needs"
 
 
 def _pick(table: dict[str, Any], key: str, what: str) -> Any:

@@ -134,7 +134,7 @@ class Objective:
             # before any wait, so that a worker proposing the same config sees this trial as its twin. An adaptive
             # server records none: it is no point of the space
             write.candidate(trial, {} if measures_adaptive else candidate.tuned(space.names), candidate.args,
-                            candidate.key)
+                            candidate.key, None if measures_adaptive else self.plan.engine.cost(candidate.args))
         finally:
             self.on_start()
         try:

@@ -27,7 +27,7 @@ from autotune.sim.random_profile import (
     RandomProfileError,
     draw,
 )
-from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface
+from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface, valid_configs
 
 SEEDS = range(200)
 
@@ -153,6 +153,45 @@ def test_landscapes_vary_over_200_seeds():
     assert 0.1 * n <= single_trees <= 0.95 * n, single_trees
     assert 0.1 * n <= c32_trees <= 0.9 * n, c32_trees
     assert baseline_best < 0.2 * n, baseline_best
+
+
+def test_tight_hosts_lose_the_widest_tree_of_every_width_and_keep_the_narrower_ones():
+    """The third family (`--family tight`): the tree family's host with less room for CUDA graphs. On every host the
+    widest tree of each topk fails for memory while every chain and some tree of each topk start, and the host's
+    hardware, costs and draft are the tree family's of the same seed."""
+    trees = valid_configs(DEFAULT_SPACE)
+    for seed in SEEDS:
+        tight, tree = draw(seed, family="tight"), draw(seed, family="tree")
+        assert tight.name == f"random-tight-{seed}"
+        assert tight.sections["acceptance"] == tree.sections["acceptance"]
+        assert tight.sections["timing"] == tree.sections["timing"]
+        profile = tight.profile()
+        fits = {t: _fits(profile, tight.tp, t) for t in trees}
+        for topk in (2, 4, 8):
+            at = [t for t in trees if t[1] == topk]
+            assert not fits[max(at, key=lambda t: (t[2], t[0]))], (seed, topk)
+            assert any(fits[t] for t in at), (seed, topk)
+        assert all(fits[t] for t in trees if t[1] == 1), seed
+
+
+def _fits(profile, tp: int, tree: tuple[int, int, int]) -> bool:
+    config = model.Config(tp=tp, spec=model.Spec(*tree), max_running_requests=model.SPEC_DEFAULT_MAX_RUNNING_REQUESTS)
+    return model.memory_plan(profile, config).error is None
+
+
+@pytest.mark.slow
+def test_tight_hosts_mostly_have_their_optimum_at_a_width_that_loses_its_widest_tree():
+    """What the family is for: the best weighted config is a tree whose own width runs out of memory at its widest
+    on most hosts, so a search that gives up a width after one failed launch there misses it."""
+    below = 0
+    for seed in range(20):
+        rows = {key(r): r for r in surface(draw(seed, family="tight").profile(), 32)["configs"]}
+        base = rows[(1, 1, 2)]
+        best = max((k for k, r in rows.items() if r["fits"]),
+                   key=lambda k: rows[k]["single_tok_s"] / base["single_tok_s"]
+                   * rows[k]["concurrent_tok_s"] / base["concurrent_tok_s"])
+        below += best[1] > 1 and any(not r["fits"] for k, r in rows.items() if k[1] == best[1])
+    assert below >= 14, below
 
 
 # ------------------------------------------------------------------------------------------- calibration

@@ -9,7 +9,7 @@ from autotune.budget import admit
 from autotune.plan import Plan
 from autotune.pruning import make_pruner
 from autotune.search import make_sampler
-from autotune.trial import Objective
+from autotune.trial import Launch, Objective
 from autotune.trial.surrogate import Noise, SurrogateLaunch
 from autotune.truth import ConfigTruth
 
@@ -31,13 +31,14 @@ high = 16
 EXACT = Noise(single=0.0, concurrent=0.0, bias=0.0)
 
 
-def run(plan: Plan, truth: dict[str, ConfigTruth]) -> optuna.Study:
-    """A whole study of ``plan`` whose launches measure ``truth`` exactly, as the tuner runs one."""
+def run(plan: Plan, truth: dict[str, ConfigTruth], launch: Launch | None = None) -> optuna.Study:
+    """A whole study of ``plan`` whose launches measure ``truth`` exactly (or as ``launch`` does), as the tuner runs
+    one."""
     spec = plan.spec
     study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, plan.space, 0),
                                 pruner=make_pruner(spec))
     queue.start(study, plan)
-    objective = Objective(plan, SurrogateLaunch(plan, truth, EXACT, seed=1))
+    objective = Objective(plan, launch or SurrogateLaunch(plan, truth, EXACT, seed=1))
     while admit(study, plan.budget, heartbeats=False) == "run":
         queue.queue_next(study, plan, plan.budget)
         study.optimize(objective, n_trials=1)

@@ -86,6 +86,7 @@ from autotune.sim import model as sim_model  # noqa: E402
 from autotune.sim.profile import load_profile  # noqa: E402
 from autotune.sim.random_profile import FAMILIES, draw  # noqa: E402
 from autotune.engines.sglang import SGLang  # noqa: E402
+from autotune.errors import InvalidConfig  # noqa: E402
 from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
 from autotune.study import load_study  # noqa: E402
@@ -298,7 +299,7 @@ def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
         # the same server under its own name (the studies run it under another: see EMULATOR)
         path.write_text(re.sub(r"(?m)^command = .*$", 'command = ["autotune-sim"]', path.read_text()))
         plan = make_plan(load_study(str(path)))
-        document = closed_surface(profile) if closed else study_surface(plan, QUICK if quick else FULL)
+        document = closed_surface(profile, plan) if closed else study_surface(plan, QUICK if quick else FULL)
         tmp = cache.with_suffix(".tmp")
         tmp.write_text(json.dumps(document))
         tmp.rename(cache)
@@ -310,12 +311,18 @@ def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
                  surface=surface_)
 
 
-def closed_surface(profile: str) -> dict[str, Any]:
-    """The closed form's figures for the bench's workload in `autotune sim surface --study --json`'s shape."""
+def closed_surface(profile: str, plan: Any) -> dict[str, Any]:
+    """The closed form's figures for the bench's workload in `autotune sim surface --study --json`'s shape, for the
+    configs the study's space accepts (as `sim surface --study`: a config the engine rejects has no figures)."""
     p = PROFILES[profile]
     prof = load_profile(p.get("sim_profile", profile))
     rows = []
     for r in surface(prof, 32, prompt_tokens=PROMPT_TOKENS, output_tokens=MAX_TOKENS)["configs"]:
+        if tuple(r["params"].values()) != (1, 1, 2):
+            try:
+                plan.space.candidate(r["params"])
+            except InvalidConfig:
+                continue
         single, concurrent = r["single_tok_s"] * p["speedup"], r["concurrent_tok_s"] * p["speedup"]
         rows.append({"params": r["params"], "baseline": tuple(r["params"].values()) == (1, 1, 2),
                      "single_tok_s": single, "concurrent_tok_s": concurrent,

@@ -90,7 +90,10 @@ def test_memory_and_latency_constraints(tmp_path: Path) -> None:
     study = write_study(tmp_path, sampler="grid", trials=3, space=space, workload=FAST,
                         extra="[constraints]\nmin_running_requests = 20\n")
     assert run_autotune("run", "--study", str(study), cwd=tmp_path).returncode == 0
-    trials = {t["params"]["speculative-num-steps"]: t for t in status(study)["trials"][1:]}
+    # the grid's steps-1 point is the baseline itself: measured once, as trial 0
+    rows = status(study)["trials"]
+    assert len(rows) == 2
+    trials = {t["params"]["speculative-num-steps"]: t for t in rows}
     assert trials[4]["reason"] == "constraints" and trials[4]["state"] == "PRUNED"
     assert "max_running_requests 15 < min_running_requests 20" in trials[4]["detail"]
     assert "levels" not in trials[4] or not trials[4].get("metrics"), \

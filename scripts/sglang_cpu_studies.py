@@ -2,13 +2,13 @@
 """The two real-SGLang studies on each of their two datasets, run as a user runs them, and each pick confirmed by an
 independent client against speculation off and against the study's runner-up.
 
-    scripts/sglang_cpu_studies.py [--out DIR] [--launches N] [--only NAME ...] [--confirm-only]
+    scripts/sglang_cpu_studies.py [--out DIR] [--launches N] [--seed N] [--only NAME ...] [--confirm-only]
 
 NAME is one of standalone-chat, standalone-copy, ngram-copy, ngram-chat: studies/sglang-cpu.toml (STANDALONE with the
 draft cut from the target) and studies/sglang-cpu-ngram.toml (NGRAM), each on sglang-cpu-chat.jsonl (open chat) and
 sglang-cpu-copy.jsonl (copy-heavy). Each study is `autotune run --study COPY` on a copy of the shipped file in OUT
-(its paths made absolute); its pick is `autotune best`'s, its runner-up the launched config with the next-best value.
-Then each of the pick, the runner-up and the same server without speculation is started on its own (SGLang's own
+(its paths made absolute, its sampler's seed from the clock unless --seed, printed); its pick is `autotune best`'s,
+its runner-up the launched config with the next-best value. Then each of the pick, the runner-up and the same server without speculation is started on its own (SGLang's own
 launcher, the study's flags) and measured by autotune/testing/reference_client.py, which shares no code with
 autotune: the study's requests one after another (single stream), then in waves of 4; in two rounds, the second in
 the reverse order, so that a machine that slows down in the middle favours none. Printed: each server's figures
@@ -49,17 +49,17 @@ def autotune(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           check=False)
 
 
-def run_study(name: str, out: Path, launches: int) -> Path:
+def run_study(name: str, out: Path, launches: int, seed: int) -> Path:
     base, dataset = STUDIES[name]
     directory = (out / name).resolve()
     directory.mkdir(parents=True, exist_ok=True)
-    study = sglang_cpu.study_file(directory, base, name=name, study={"launches": launches},
+    study = sglang_cpu.study_file(directory, base, name=name, study={"launches": launches, "seed": seed},
                                   workload={"dataset": dataset})
     started = time.monotonic()
     done = autotune("run", "--study", str(study), cwd=directory)
     if done.returncode != 0:
         raise SystemExit(f"{name}: autotune run failed: {done.stderr[-2000:]}")
-    print(f"{name}: {launches} launches in {(time.monotonic() - started) / 60:.1f} min", flush=True)
+    print(f"{name}: {launches} launches (seed {seed}) in {(time.monotonic() - started) / 60:.1f} min", flush=True)
     return study
 
 
@@ -156,6 +156,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--out", type=Path, default=Path(".bench/sglang-cpu"))
     parser.add_argument("--launches", type=int, default=8)
+    parser.add_argument("--seed", type=int, default=time.time_ns() % 2**32,
+                        help="the studies' sampler seed (default: from the clock)")
     parser.add_argument("--only", nargs="*", choices=list(STUDIES), default=list(STUDIES))
     parser.add_argument("--confirm-only", action="store_true", help="confirm the studies already in --out")
     opts = parser.parse_args()
@@ -164,7 +166,7 @@ def main() -> None:
         if opts.confirm_only:
             study = (opts.out / name / f"{name}.toml").resolve()
         else:
-            study = run_study(name, opts.out, opts.launches)
+            study = run_study(name, opts.out, opts.launches, opts.seed)
         confirm(name, study)
 
 

@@ -21,20 +21,20 @@ from optuna.trial import FrozenTrial, TrialState
 
 from autotune import client_limit, queue, record, results, study_paths, study_terms
 from autotune.artifacts import open_store
-from autotune.budget import AdmissionLock, admit
+from autotune.budget import AdmissionLock
 from autotune.bringup import deploy_trial, restore_original
 from autotune.errors import InvalidConfig, TrialFailure, UserError
 from autotune.hostresolve import HostResolver
 from autotune.logs import setup as setup_logging
 from autotune.plan import Plan
-from autotune.progress import Phase, Progress
+from autotune.progress import Progress
 from autotune.pruning import make_pruner
 from autotune.record import TrialRecord
 from autotune.score import METRIC_NAMES
 from autotune.search import Proposal, make_sampler
 from autotune.storage import Reserve, failed_write, open_storage, redact, refuse_foreign, write_failure
 from autotune.targets import Target, make_target
-from autotune.trial import Objective, ServerLaunch
+from autotune.trial import Objective, ServerLaunch, trial_step
 from autotune.warmstart import warm_configs
 
 log = logging.getLogger("autotune")
@@ -295,33 +295,26 @@ class Tuner:
                           best=best.number if best else None, signal=self._stop_reason)
 
     def _trials(self, study: optuna.Study, objective: Objective, admission: AdmissionLock) -> str:
-        """Run trials one after another until the budget, the deadline or a signal; returns which ended it."""
+        """Run trials one after another (trial/step.py) until the budget, the deadline or a signal; returns which
+        ended it."""
         backoff = 0.0
-        finished: list[FrozenTrial] = []  # the trial study.optimize ran, as Optuna hands it to its callbacks
+        heartbeats = self.storage.get_heartbeat_interval() is not None
         while True:
-            finished.clear()
             if self._stop_reason:
                 return "signal"
             if self.deadline is not None and time.time() >= self.deadline:
                 return "deadline"
             with admission:
-                queue.queue_confirmation(study, self.plan, self.budget)
-                queue.queue_adaptive(study, self.plan, self.budget)
-                verdict = admit(study, self.budget, self.storage.get_heartbeat_interval() is not None)
-                if verdict != "run":
-                    if verdict != "wait":
-                        return "signal" if self._stop_reason else verdict
-                    admission.release()
-                    self._sleep(WAIT_FOR_OTHERS)
-                    queue.fail_stale(study)
-                    continue
-                queue.queue_next(study, self.plan, self.budget)
-                objective.phase = Phase()
-                study.optimize(objective, n_trials=1, gc_after_trial=False,
-                               callbacks=[lambda _, trial: finished.append(trial)])
-            if not finished:
+                step = trial_step(study, self.plan, self.budget, objective, heartbeats)
+            if step.verdict == "wait":
+                self._sleep(WAIT_FOR_OTHERS)
+                queue.fail_stale(study)
                 continue
-            trial = finished[0]
+            if step.verdict != "run":
+                return "signal" if self._stop_reason else step.verdict
+            if step.trial is None:
+                continue
+            trial = step.trial
             self._report(study, trial)
             if objective.unstored is not None:
                 raise objective.unstored  # recorded as failed in the room kept for it: the database takes no more
@@ -329,9 +322,8 @@ class Tuner:
             if failed and TrialRecord.of(trial).reason == "baseline_pending":
                 self._sleep(WAIT_FOR_OTHERS)  # the study's order, not a failing host: no backoff
                 continue
-            stop = client_limit.verdict(study.get_trials(deepcopy=False))
-            if stop is not None:
-                log.error("%s", stop)
+            if step.client_bound is not None:
+                log.error("%s", step.client_bound)
                 return "client_bound"
             if failed and client_limit.blames_machine(trial):
                 continue  # the measuring machine's condition: waiting does not cure it

@@ -77,7 +77,6 @@ import optuna  # noqa: E402
 from optuna.trial import FrozenTrial  # noqa: E402
 
 from autotune import queue, results  # noqa: E402
-from autotune.budget import admit  # noqa: E402
 from autotune.plan import make_plan  # noqa: E402
 from autotune.record import TrialRecord  # noqa: E402
 from autotune.pruning import make_pruner  # noqa: E402
@@ -90,7 +89,7 @@ from autotune.errors import InvalidConfig  # noqa: E402
 from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
 from autotune.study import load_study  # noqa: E402
-from autotune.trial import Objective  # noqa: E402
+from autotune.trial import Objective, run_trials  # noqa: E402
 from autotune.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
 from autotune.sim.truth import FULL, QUICK  # noqa: E402
 from autotune.truth import by_key, study_surface  # noqa: E402
@@ -533,14 +532,12 @@ def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, 
     queue.start(study, plan)
     objective = Objective(plan, launch)
     start = time.monotonic()
-    while admit(study, cap, heartbeats=False) == "run":
-        queue.queue_next(study, plan, cap)
-        study.optimize(objective, n_trials=1)
+    stopped_by = run_trials(study, plan, cap, objective)
     state = progress(mode, truth, study)
     return {"profile": profile, "mode": mode, "setup": setup, "seed": seed, "cap": cap,
             "reached_at": state["reached_at"], "launches": state["launches"], "trials": state["trials"],
             "picks": state["picks"], **{k: v for k, v in state.items() if k.startswith(("reached_at_", "picks_"))},
-            "tie": state["tie"], "stopped_by": "budget", "wall_s": round(time.monotonic() - start, 1),
+            "tie": state["tie"], "stopped_by": stopped_by, "wall_s": round(time.monotonic() - start, 1),
             "surrogate": True}
 
 

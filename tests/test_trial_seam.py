@@ -7,20 +7,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import optuna
 from optuna.trial import TrialState
 
 from autotune import queue
-from autotune.budget import admit
 from autotune.plan import Plan, make_plan
-from autotune.pruning import make_pruner
 from autotune.record import TrialRecord, write
-from autotune.search import make_sampler
 from autotune.study import load_study
-from autotune.trial import Objective, decide
-from autotune.trial.surrogate import Noise, SurrogateLaunch
+from autotune.trial import decide
 from autotune.truth import ConfigTruth
 from autotune.testing.studies import write_study
+from tests.support.surrogate_studies import run
 
 STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
 SPACE = """
@@ -53,23 +49,6 @@ def landscape(plan: Plan) -> dict[str, ConfigTruth]:
                                          24, fits=topk == 1 or draft < 6)
     out[plan.baseline.key] = out.get(plan.baseline.key) or ConfigTruth({}, {1: 200.0, 4: 800.0}, 1.5, 24, True)
     return out
-
-
-#: a surrogate launch that measures the truth exactly
-EXACT = Noise(single=0.0, concurrent=0.0, bias=0.0)
-
-
-def run(plan: Plan, truth: dict[str, ConfigTruth]) -> optuna.Study:
-    """The tuner's trial loop, as the benches run it: admission, the queue, the objective."""
-    spec = plan.spec
-    study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, plan.space, 0),
-                                pruner=make_pruner(spec))
-    queue.start(study, plan)
-    objective = Objective(plan, SurrogateLaunch(plan, truth, EXACT, seed=1))
-    while admit(study, plan.budget, heartbeats=False) == "run":
-        queue.queue_next(study, plan, plan.budget)
-        study.optimize(objective, n_trials=1)
-    return study
 
 
 def test_a_surrogate_study_makes_the_tuners_own_decisions(tmp_path: Path) -> None:

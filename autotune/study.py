@@ -384,7 +384,7 @@ def _targets(data: dict[str, Any], v: Reader) -> dict[str, TargetSpec]:
 def _engine(data: dict[str, Any], v: Reader, path: Path) -> EngineSpec:
     e = v.table(data, "engine")
     v.only(e, "engine", ("kind", "command", "args", "env"))
-    kind = v.choice(e, "engine", "kind", ENGINES, None)
+    kind = v.choice(e, "engine", "kind", tuple(ENGINES), None)
     if kind is None:
         v.fail("engine", "kind", f"is required; allowed: {', '.join(ENGINES)}")
     command = v.get(e, "engine", "command", list, None)

@@ -3,6 +3,7 @@ that answers with other args (a readiness race users of other tuners report)."""
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
@@ -13,6 +14,7 @@ from autotune.trial import Objective, ServerLaunch
 from autotune.plan import make_plan
 from autotune.study import load_study
 from autotune.targets.base import Deployment, Target
+from autotune.targets.completed import Completed
 from autotune.testing.ports import free_port
 from autotune.testing.studies import write_study
 from tests.support.cli import run_autotune, status
@@ -51,6 +53,13 @@ class StaleTarget(Target):
 
     def lock(self, holder: str) -> AbstractContextManager[None]:
         return nullcontext()
+
+    def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float,
+                           should_stop: Callable[[], bool] = lambda: False) -> Completed:
+        return Completed(127, "", "a stale target runs no programs")
+
+    def place_file(self, name: str, data: bytes, local: Path) -> str:
+        raise AssertionError("a stale target is given no file")
 
 
 def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:

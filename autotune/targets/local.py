@@ -130,6 +130,12 @@ class LocalTarget(Target):
             where = f" (relative to {self.cwd})" if "/" in command[0] and self.cwd else " on PATH"
             raise UserError(f"server command not found{where}: {command[0]}")
 
+    def place_file(self, name: str, data: bytes, local: Path) -> str:
+        """Beside the study: ``local`` itself."""
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(data)
+        return str(local.resolve())
+
     def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float,
                            should_stop: Callable[[], bool] = lambda: False) -> Completed:
         return run_program(["sh", "-c", engine_program_lines(command, program)], stdin, cwd=self.cwd,

@@ -8,7 +8,7 @@ from typing import Any
 import optuna
 
 from autotune.redact import mask_mapping
-from autotune import adaptive_measured, results
+from autotune import adaptive_versus_fixed, results
 from autotune.errors import TrialFailure, UserError
 from autotune.record import TrialRecord
 from autotune.study import StudySpec
@@ -36,9 +36,9 @@ def document(rec: TrialRecord, study: optuna.Study) -> dict[str, Any]:
     chosen = results.pick(study)
     doc["tie"] = None if chosen is None or not chosen.tied else {
         "with": [e.trials[0] for e in chosen.tied], "text": chosen.tie_text()}
-    measured = adaptive_measured.compare(study)
+    measured = adaptive_versus_fixed.compare(study)
     if measured is not None:
-        doc["adaptive"] = adaptive_measured.document(measured)
+        doc["adaptive"] = adaptive_versus_fixed.document(measured)
     return doc
 
 
@@ -196,5 +196,5 @@ def per_concurrency_table(study: optuna.Study) -> list[str]:
 
 def adaptive_lines(study: optuna.Study) -> list[str]:
     """The adaptive server against the best fixed config, after a blank line ([] when none was measured)."""
-    measured = adaptive_measured.compare(study)
-    return [] if measured is None else ["", *adaptive_measured.lines(measured)]
+    measured = adaptive_versus_fixed.compare(study)
+    return [] if measured is None else ["", *adaptive_versus_fixed.lines(measured)]

@@ -64,9 +64,9 @@ class Plan:
         return self.spec.directory / f"{self.spec.name}-logs"
 
 
-def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = None) -> Plan:
+def make_plan(spec: StudySpec, target: str | None = None, launches: int | None = None) -> Plan:
     """Check everything that can be checked offline for ``target`` (--target; may be left out when the study has
-    one target) and a budget of ``trials`` (default: the study file's); raises ``UserError``."""
+    one target) and a budget of ``launches`` (default: the study file's); raises ``UserError``."""
     if spec.missing:
         raise UserError(f"{spec.path}: {spec.missing[0]}")
     engine = get_engine(spec.engine.kind)
@@ -83,7 +83,7 @@ def make_plan(spec: StudySpec, target: str | None = None, trials: int | None = N
         baseline = space.baseline()
     except InvalidConfig as e:
         raise UserError(f"{spec.path}: [engine.args] the baseline (the fixed args) is invalid: {e}") from None
-    budget = trials or spec.trials
+    budget = launches or spec.launches
     requests = requests_of(spec)
     check_context(spec, engine, baseline.args, requests)
     return Plan(spec=spec, engine=engine, target=target_spec, space=space, baseline=baseline,

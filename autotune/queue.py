@@ -12,7 +12,7 @@
   rivals are measured once more (each once) before the study stops as exhausted, resumed with a larger budget too.
 * The adaptive server (``[study] adaptive``), once, as the study's last launch: queued when one launch of the budget
   is left or the search has nothing left to try, if the schedule built from the measurements so far runs anything
-  but the best fixed chain (adaptive.py).
+  but the best fixed chain (adaptive_schedule.py).
 """
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import adaptive, budget, record, results
+from autotune import adaptive_schedule, budget, record, results
 from autotune.errors import UserError
 from autotune.engines import ArgValue
 from autotune.plan import Plan
@@ -111,7 +111,7 @@ def queue_adaptive(study: optuna.Study, plan: Plan, launches: int) -> bool:
     if done + running >= launches or (done + running < launches - 1 and budget.exhausted(study, trials) is None):
         return False
     try:
-        schedule = adaptive.build(study, plan.engine, plan.spec.workload.tolerance)
+        schedule = adaptive_schedule.build(study, plan.engine, plan.spec.workload.tolerance)
     except UserError:
         return False
     if not schedule.differs:

@@ -172,7 +172,7 @@ class StudySpec:
     name: str
     path: Path
     storage: str
-    trials: int                      # the budget: launches (servers started)
+    launches: int                    # the budget: launches (servers started)
     sampler: str
     objective: str
     seed: int | None
@@ -254,7 +254,7 @@ def _is_file(path: Path) -> bool:
         return False
 
 
-def load_study(name_or_path: str, studies_dir: Path | None = None) -> StudySpec:
+def read_study_file(name_or_path: str, studies_dir: Path | None = None) -> StudySpec:
     """Find, parse and validate a study file."""
     path = find_study_file(name_or_path, studies_dir)
     try:
@@ -299,7 +299,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
     if "launches" in study and "trials" in study:
         v.fail("study", "trials", "and launches are the same budget (servers started); give one of them")
     budget_key = "launches" if "launches" in study else "trials"
-    trials = v.integer(study, "study", budget_key, 40, low=1)
+    launches = v.integer(study, "study", budget_key, 40, low=1)
     sampler = v.choice(study, "study", "sampler", SAMPLERS, "tpe")
     objective = v.choice(study, "study", "objective", OBJECTIVES, "weighted")
     seed = v.integer(study, "study", "seed", None, low=0, high=MAX_SEED)
@@ -336,7 +336,7 @@ def parse_study(data: dict[str, Any], path: Path, text: str = "") -> StudySpec:
             v.fail("study", "sampler", f"\"grid\" would list {cells:.3g} configs; at most {MAX_GRID} (narrow the "
                                        "[space] ranges, or use tpe)")
     return StudySpec(
-        name=name, path=path, storage=storage, trials=trials, sampler=sampler, objective=objective, seed=seed,
+        name=name, path=path, storage=storage, launches=launches, sampler=sampler, objective=objective, seed=seed,
         startup_trials=startup_trials, pruning=pruning, heartbeat=heartbeat, targets=targets, engine=engine,
         space=space, workload=workload, constraints=constraints, health=health, text=text, ranges=ranges,
         initial_design=initial_design, adaptive=adaptive, missing=tuple(v.missing),

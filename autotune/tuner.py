@@ -47,7 +47,7 @@ WAIT_FOR_OTHERS = 2.0
 
 @dataclass
 class RunOptions:
-    trials: int | None = None        # total budget (default: the study file's)
+    launches: int | None = None      # total budget (default: the study file's)
     timeout: float | None = None     # seconds from now
     until: str | None = None         # HH:MM, local time, the next occurrence
     storage: str | None = None       # overrides the study file's storage
@@ -60,7 +60,7 @@ class RunOptions:
     def flags(self) -> list[str]:
         """The `autotune run` flags that ask for these options again (for another worker of the study)."""
         out: list[str] = []
-        for flag, value in (("--trials", self.trials), ("--timeout", self.timeout), ("--until", self.until),
+        for flag, value in (("--launches", self.launches), ("--timeout", self.timeout), ("--until", self.until),
                             ("--storage", self.storage), ("--processes", self.processes)):
             if value is not None:
                 out += [flag, str(value)]
@@ -191,7 +191,7 @@ class Tuner:
     def _ask_host(self, target: Target) -> HostResolver:
         """The engine on the target, asked about the baseline before anything runs: whether it can answer, and
         the GPU there, which the engine's rules take from here on (hostresolve.py)."""
-        # asked in the environment the server starts with (Target.launch: the study's [engine.env] over the
+        # asked in the environment the server starts with (Target.start_command: the study's [engine.env] over the
         # target's): SGLang's resolution reads it (SGLANG_USE_CPU_ENGINE turns a CPU host's backend around)
         env = {**self.plan.target.env, **self.spec.engine.env}
         host = HostResolver(self.plan.engine, target, self.spec.engine.command, env, self.plan.space.params,

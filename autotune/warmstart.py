@@ -9,14 +9,14 @@ from autotune.plan import Plan
 from autotune.record import TrialRecord
 from autotune.search import Proposal
 from autotune.storage import load_existing_study
-from autotune.study import load_study
+from autotune.study import read_study_file
 
 
 def warm_configs(old: str, plan: Plan, limit: int) -> list[Proposal]:
     """The best configs of study ``old`` (a name under ./studies or a study file) that the new study's space holds:
     confirmed ones (measured by more than one launch) first, then by their pooled estimate; at most ``limit``, none
     equal to the new study's baseline; each a "warm_start" proposal whose origin names its trial."""
-    spec = load_study(old)
+    spec = read_study_file(old)
     if spec.path.resolve() == plan.spec.path.resolve():
         raise UserError(f"--warm-start {old}: that is this study; warm start from an earlier one")
     study = load_existing_study(spec.name, spec.storage)

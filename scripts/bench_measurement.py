@@ -50,8 +50,8 @@ from autotune.engines import get_engine  # noqa: E402
 from autotune.errors import TrialFailure  # noqa: E402
 from autotune.health import wait_ready  # noqa: E402
 from autotune.plan import make_plan  # noqa: E402
-from autotune.truth import study_surface  # noqa: E402
-from autotune.study import WorkloadSpec, load_study  # noqa: E402
+from autotune.study_truth import study_surface  # noqa: E402
+from autotune.study import WorkloadSpec, read_study_file  # noqa: E402
 from autotune.targets import measuring  # noqa: E402
 from autotune.targets.process import ProcessSpec, ProcessTarget  # noqa: E402
 from autotune.targets.programs import loadgen  # noqa: E402
@@ -293,7 +293,7 @@ def transports(work: Path, server: SSHServer, speedups: list[int], processes: li
                 space="".join(f'[space.{n}]\ntype = "categorical"\nchoices = [{v}]\n' for n, v in zip(
                     ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"), config,
                     strict=True)))
-            plan = make_plan(load_study(str(study)))
+            plan = make_plan(read_study_file(str(study)))
             truth = study_surface(plan)["configs"][0]["level_tok_s"][str(CONCURRENCY)]
             spec = ProcessSpec(name="bench", host=server.host, port=server.port, user="root",
                                key_file=str(server.user_key), known_hosts=str(server.known_hosts),
@@ -340,7 +340,7 @@ def pruning(work: Path, trials: int) -> None:
     results = {}
     for pruned in (True, False):
         name = "pruned" if pruned else "unpruned"
-        study = write_study(work, name, trials=trials, seed=11,
+        study = write_study(work, name, launches=trials, seed=11,
                             workload="max_tokens = 128\nconcurrency = [1, 8, 32]\nrequests = 32\nwarmup = 1\n"
                                      "window_generations = 1\ntolerance = 0.1",
                             args={"sim-time-scale": 0.01, "sim-speedup": 8})

@@ -105,7 +105,7 @@ def fatal_latency(workdir: Path, interval: float, fault: list[str]) -> tuple[flo
 
 
 def tuner_overhead(workdir: Path, trials: int) -> tuple[list[float], list[float]]:
-    study = write_study(workdir, "overhead", trials=trials, workload="max_tokens = 32\nconcurrency = [1, 4]\n"
+    study = write_study(workdir, "overhead", launches=trials, workload="max_tokens = 32\nconcurrency = [1, 4]\n"
                         "requests = 4\nwindow_generations = 1\nwarmup = 1\ntolerance = 0.5",
                         health="interval = 0.5\ntimeout = 60")
     env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state")}

@@ -88,11 +88,11 @@ from autotune.engines.sglang import SGLang  # noqa: E402
 from autotune.errors import InvalidConfig  # noqa: E402
 from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
-from autotune.study import load_study  # noqa: E402
+from autotune.study import read_study_file  # noqa: E402
 from autotune.trial import Objective, run_trials  # noqa: E402
 from autotune.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
-from autotune.sim.truth import FULL, QUICK  # noqa: E402
-from autotune.truth import by_key, study_surface  # noqa: E402
+from autotune.sim.virtual_run import FULL, QUICK  # noqa: E402
+from autotune.study_truth import by_key, study_surface  # noqa: E402
 from autotune.testing.ports import free_port  # noqa: E402
 from autotune.testing.studies import SPEC_SPACE  # noqa: E402
 
@@ -285,8 +285,8 @@ def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
     """The truth for the bench's workload on ``profile``: `autotune sim surface --study` for its study file (the
     emulator's own scheduler driven by a perfect client with the same prompts, max_tokens and levels, noise off),
     for every config of the space; computed once per profile and speedup and kept in OUT/truth/ (it takes minutes; a
-    random host's with the shorter virtual runs of autotune.sim.truth.QUICK, which settle to about 0.5%, three times
-    sooner). ``closed``: the emulator's closed form instead (autotune.sim.surface, for the builtin prompts' mean
+    random host's with the shorter virtual runs of autotune.sim.virtual_run.QUICK, which settle to about 0.5%, three
+    times sooner). ``closed``: the emulator's closed form instead (autotune.sim.surface, for the builtin prompts' mean
     length and the bench's max_tokens; a fraction of a second), to screen designs on many hosts; never the final
     tables'."""
     quick = profile.startswith("random-")
@@ -297,7 +297,7 @@ def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
         path = write_study(cache.parent, profile, "weighted", "default", 0, 15)
         # the same server under its own name (the studies run it under another: see EMULATOR)
         path.write_text(re.sub(r"(?m)^command = .*$", 'command = ["autotune-sim"]', path.read_text()))
-        plan = make_plan(load_study(str(path)))
+        plan = make_plan(read_study_file(str(path)))
         document = closed_surface(profile, plan) if closed else study_surface(plan, QUICK if quick else FULL)
         tmp = cache.with_suffix(".tmp")
         tmp.write_text(json.dumps(document))
@@ -521,7 +521,7 @@ def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, 
     launch: every measurement off by a normal error (sd SINGLE_NOISE at ``requests``, CONCURRENT_NOISE at
     ``generations``) and each config by a fixed bias of its own (sd SURROGATE_BIAS)."""
     path = write_study(work, profile, mode, setup, seed, cap, requests, generations)
-    spec = load_study(str(path))
+    spec = read_study_file(str(path))
     plan = replace(make_plan(spec), search=SearchSettings(**SETUPS[setup].get("_search", {})))
     noise = Noise(single=SINGLE_NOISE[requests], concurrent=CONCURRENT_NOISE[generations], bias=SURROGATE_BIAS)
     # the same noise for every setup (common random numbers): setups differ by what they do, not by their luck

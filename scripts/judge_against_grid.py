@@ -34,7 +34,7 @@ sys.path.insert(0, str(REPO))
 from autotune import results  # noqa: E402
 from autotune.record import TrialRecord  # noqa: E402
 from autotune.storage import load_existing_study  # noqa: E402
-from autotune.study import load_study  # noqa: E402
+from autotune.study import read_study_file  # noqa: E402
 
 #: the pick's share of the grid's best that counts as found
 TARGET = 0.98
@@ -42,7 +42,7 @@ TARGET = 0.98
 
 def write_grid(study_file: str, out: Path) -> None:
     """The grid file of a finished study that measured the space whole."""
-    spec = load_study(study_file)
+    spec = read_study_file(study_file)
     study = load_existing_study(spec.name, spec.storage)
     trials = study.get_trials(deepcopy=False)
     found = results.estimates(study, trials)
@@ -84,7 +84,7 @@ def judge(grid_file: Path, study_files: list[str]) -> None:
 def judged(study_file: str, grid: dict[str, dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:
     """One study against the grid: launches, the launch at which its pick first came within TARGET of the grid's
     best, the pick after its last launch (share of the best) and whether the grid's intervals of the two overlap."""
-    spec = load_study(study_file)
+    spec = read_study_file(study_file)
     study = load_existing_study(spec.name, spec.storage)
     trials = study.get_trials(deepcopy=False)
     finished = sorted((t for t in trials if t.state in results.FINISHED), key=lambda t: t.number)

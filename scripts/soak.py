@@ -207,8 +207,8 @@ def main() -> None:
 
 def stop_server(study: Path, env: dict[str, str]) -> None:
     """Stop the server the study left running on its target, the way the target stops one (its process group)."""
-    script = ("import sys\nfrom autotune.study import load_study\nfrom autotune.targets import make_target\n"
-              "t = make_target(load_study(sys.argv[1]).target())\nt.stop()\nt.close()\n")
+    script = ("import sys\nfrom autotune.study import read_study_file\nfrom autotune.targets import make_target\n"
+              "t = make_target(read_study_file(sys.argv[1]).target())\nt.stop()\nt.close()\n")
     subprocess.run([sys.executable, "-c", script, str(study)], env=env, check=False, timeout=120)
 
 

@@ -15,7 +15,7 @@ import httpx
 import optuna
 import pytest
 
-from autotune import adaptive, adaptive_measured, results
+from autotune import adaptive_schedule, adaptive_versus_fixed, results
 from autotune.record import write
 from autotune.engines import config_key, get_engine
 from autotune.errors import UserError
@@ -63,7 +63,7 @@ def test_each_load_gets_the_chains_within_tolerance_of_its_best():
         ({**BASE, "speculative-num-steps": 3, "speculative-eagle-topk": 4, "speculative-num-draft-tokens": 8},
          {1: 900.0, 8: 2000.0, 32: 3000.0}, 2.0),
     )
-    s = adaptive.build(study, ENGINE, tolerance=0.03)
+    s = adaptive_schedule.build(study, ENGINE, tolerance=0.03)
     assert s.document == {"1": {"candidate_steps": [6, 7]}, "2": {"candidate_steps": [5, 6]},
                           "9": {"candidate_steps": [3]}}
     assert [(x.concurrency, x.batch, x.best) for x in s.slots] == [(1, 1, 7), (8, 8, 5), (32, 32, 3)]
@@ -72,7 +72,7 @@ def test_each_load_gets_the_chains_within_tolerance_of_its_best():
     assert s.args == {**BASE, "speculative-num-steps": 6, "speculative-eagle-topk": 1,
                       "speculative-num-draft-tokens": 7, "speculative-adaptive": True,
                       "speculative-adaptive-config": "adaptive.json"}
-    lines = adaptive.summary(s, lambda args: shlex.join(ENGINE.render(["sglang"], args)))
+    lines = adaptive_schedule.summary(s, lambda args: shlex.join(ENGINE.render(["sglang"], args)))
     assert lines[1].startswith("  batch 1       (c1, 1 running): steps [6, 7]; measured tok/s 7: 500.0 [")
     assert lines[3].startswith("  batch 9+      (c32, 32 running): steps [3]; measured tok/s 3: 2790.0 [")
 
@@ -83,13 +83,13 @@ def test_a_chains_figure_counts_only_at_the_batch_the_adaptive_server_runs():
         (chain(8), {1: 270.0, 8: 1300.0, 10: 1450.0, 32: 1500.0}, 1.0, 10),
         (chain(4), {1: 240.0, 8: 1200.0, 10: 1600.0, 32: 1870.0}, 1.1, 15),
     )
-    s = adaptive.build(study, ENGINE, tolerance=0.03)
+    s = adaptive_schedule.build(study, ENGINE, tolerance=0.03)
     # the adaptive server (sized for 8 steps) runs 10 requests at c32, where the 4-step chain ran 15: its 1870 tok/s
     # there is not a measurement of that batch; at c10 both ran 10, and the 4-step chain was faster
     assert [(x.key, x.concurrency, x.batch, x.steps) for x in s.slots] == [(1, 1, 1, (8,)), (9, 10, 10, (4,))]
     assert [(x.concurrency, x.batch) for x in s.skipped] == [(8, 8), (32, 10)]
     assert s.max_running_requests == 10 and s.deepest == 8
-    lines = adaptive.summary(s, str)
+    lines = adaptive_schedule.summary(s, str)
     assert "  c8 adds no slot: the same chains as c1, whose slot serves it" in lines
     assert ("  c32 adds no slot: its batch of 10 routes like c10's (not counted, measured at another batch than 10: "
             "the 4-step chain ran 15)") in lines
@@ -98,7 +98,7 @@ def test_a_chains_figure_counts_only_at_the_batch_the_adaptive_server_runs():
 def test_a_deep_chain_chosen_nowhere_does_not_size_the_server():
     # the 8-step chain was measured alone only (pruned after), and lost there: the server is sized for 4 steps
     study = study_of((chain(8), {1: 200.0}, 0.9, 10), (chain(4), {1: 240.0, 16: 1800.0}, 1.1, 15))
-    s = adaptive.build(study, ENGINE, tolerance=0.03)
+    s = adaptive_schedule.build(study, ENGINE, tolerance=0.03)
     assert s.document == {"1": {"candidate_steps": [4]}}
     assert s.max_running_requests == 15 and s.deepest == 4
 
@@ -106,7 +106,7 @@ def test_a_deep_chain_chosen_nowhere_does_not_size_the_server():
 def test_a_batch_that_pads_onto_the_previous_level_adds_no_slot():
     study = study_of((chain(5), {1: 100.0, 9: 600.0, 10: 650.0, 12: 800.0}, 1.0),
                      (chain(2), {1: 80.0, 9: 620.0, 10: 700.0, 12: 780.0}, 1.0))
-    s = adaptive.build(study, ENGINE, tolerance=0.01)
+    s = adaptive_schedule.build(study, ENGINE, tolerance=0.01)
     # a batch of 9 is padded to the captured size 10: levels 9 and 10 are one slot, from level 9
     assert [(x.key, x.concurrency, x.steps) for x in s.slots] == [(1, 1, (5,)), (2, 9, (2,)), (11, 12, (5,))]
     assert [(x.concurrency, x.batch) for x in s.skipped] == [(10, 10)]
@@ -119,7 +119,7 @@ def test_only_the_best_chains_family_and_only_measured_levels():
         (chain(6), {1: 320.0}, 1.1),                    # measured at c1 only (pruned after it, say)
         (chain(2, **other), {1: 100.0, 8: 5000.0}, 0.5),  # another family: its fast c8 is not ours to use
     )
-    s = adaptive.build(study, ENGINE, tolerance=0.03)
+    s = adaptive_schedule.build(study, ENGINE, tolerance=0.03)
     assert s.document == {"1": {"candidate_steps": [6]}, "2": {"candidate_steps": [4]}}
     assert "mem-fraction-static" not in s.args
 
@@ -127,12 +127,12 @@ def test_only_the_best_chains_family_and_only_measured_levels():
 def test_no_chain_no_schedule():
     tree = {**BASE, "speculative-num-steps": 3, "speculative-eagle-topk": 2, "speculative-num-draft-tokens": 6}
     with pytest.raises(UserError, match="no feasible measured chain"):
-        adaptive.build(study_of((tree, {1: 100.0}, 1.0)), ENGINE, tolerance=0.03)
+        adaptive_schedule.build(study_of((tree, {1: 100.0}, 1.0)), ENGINE, tolerance=0.03)
     with pytest.raises(UserError, match="the llamacpp engine has no adaptive speculative mode"):
-        adaptive.build(study_of((chain(3), {1: 100.0}, 1.0)), get_engine("llamacpp"), tolerance=0.03)
+        adaptive_schedule.build(study_of((chain(3), {1: 100.0}, 1.0)), get_engine("llamacpp"), tolerance=0.03)
     # dp attention makes SGLang fall back to static params: such chains cannot make a schedule either
     with pytest.raises(UserError, match="no feasible measured chain"):
-        adaptive.build(study_of((chain(3, **{"enable-dp-attention": True}), {1: 100.0}, 1.0)), ENGINE, 0.03)
+        adaptive_schedule.build(study_of((chain(3, **{"enable-dp-attention": True}), {1: 100.0}, 1.0)), ENGINE, 0.03)
 
 
 def test_an_adaptive_server_is_compared_with_the_fixed_configs_never_ranked_among_them():
@@ -150,8 +150,8 @@ def test_an_adaptive_server_is_compared_with_the_fixed_configs_never_ranked_amon
     # faster on the objective than any fixed chain, yet no config to pick, nor a chain of a schedule
     assert results.best(study).number == 1
     assert [r.best.trials for r in results.per_concurrency(study)] == [(0,), (1,)]
-    assert adaptive.build(study, ENGINE, tolerance=0.03).trials == [0, 1]
-    c = adaptive_measured.compare(study)
+    assert adaptive_schedule.build(study, ENGINE, tolerance=0.03).trials == [0, 1]
+    c = adaptive_versus_fixed.compare(study)
     assert (c.trial, c.fixed_trial, c.built_from, c.schedule) == (2, 1, [0, 1], document)
     assert c.gain == pytest.approx(1.2 / 1.05 - 1) and c.verdict == "beat"
     # at c1 against the best fixed config (3 steps): +20.7%, beyond both intervals; against the fastest fixed
@@ -160,7 +160,7 @@ def test_an_adaptive_server_is_compared_with_the_fixed_configs_never_ranked_amon
     assert c1.against(c1.fixed) == (pytest.approx(495 / 410 - 1), "beat")
     assert c1.best_here_trial == 0 and c1.against(c1.best_here) == (pytest.approx(495 / 500 - 1), "tie")
     assert c32.against(c32.fixed) == (pytest.approx(2780 / 2790 - 1), "tie")
-    assert adaptive_measured.lines(c)[2].split() == ["c1", "495.0", "490.1-499.9", "410.0", "405.9-414.1", "+20.7%",
+    assert adaptive_versus_fixed.lines(c)[2].split() == ["c1", "495.0", "490.1-499.9", "410.0", "405.9-414.1", "+20.7%",
                                                      "beat", "500.0", "0", "-1.0%", "(tie)"]
 
 
@@ -184,7 +184,7 @@ CHAINS = ('[space.speculative-num-steps]\ntype = "categorical"\nchoices = [3, 5,
 @pytest.mark.slow
 def test_best_writes_a_schedule_the_emulator_runs(tmp_path: Path):
     # the crossover test profile: 7 steps stream fastest alone, 5 at concurrency 8, 3 at 32
-    study = write_study(tmp_path, "chains", sampler="grid", trials=3, space=CHAINS,
+    study = write_study(tmp_path, "chains", sampler="grid", launches=3, space=CHAINS,
                         workload="max_tokens = 256\nconcurrency = [1, 8, 32]\nrequests = 8\nwindow_generations = 1\n"
                                  "warmup = 1\ntolerance = 0.2\nmax_repeats = 1",
                         args={"model-path": "/models/Llama-3.1-8B-Instruct", "tp-size": 1,
@@ -262,7 +262,7 @@ def test_a_study_measures_its_adaptive_server_against_its_best_fixed_chain(tmp_p
     # chain within 20% of the fastest there
     levels = "concurrency = [1, 8, 32]\nmix = { 1 = 0.34, 8 = 0.33, 32 = 0.33 }\ntolerance = 0.01" if loads == "mix" \
         else "concurrency = [8]\nmix = { 8 = 1.0 }\ntolerance = 0.2"
-    study = write_study(tmp_path, loads, sampler="grid", trials=4, space=CHAINS, objective="mix",
+    study = write_study(tmp_path, loads, sampler="grid", launches=4, space=CHAINS, objective="mix",
                         workload=f"max_tokens = 256\n{levels}\nrequests = 8\nwindow_generations = 1\nwarmup = 1\n"
                                  "max_repeats = 1",
                         args={"model-path": "/models/Llama-3.1-8B-Instruct", "tp-size": 1,

@@ -12,7 +12,7 @@ import pytest
 
 from autotune.bench.capacity import SLO, Ladder
 from autotune.plan import make_plan
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.testing.studies import write_study
 from tests.support import truths
 from tests.support.cli import finished_ok, run_autotune, status
@@ -44,14 +44,14 @@ def capacity_study(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The finished study (run once): its file, `status --json`, its trials' capacity records, and the truth."""
     if not _made:
         directory = tmp_path_factory.mktemp("capacity")
-        path = write_study(directory, "cap", objective="capacity", sampler="grid", trials=8, space=SPACE,
+        path = write_study(directory, "cap", objective="capacity", sampler="grid", launches=8, space=SPACE,
                            args={"max-running-requests": 8},
                            workload=f"max_tokens = 48\nconcurrency = {LADDER}\nrequests = 4\nwindow_generations = 2\n"
                                     "warmup = 1\ntolerance = 0.5\nmax_repeats = 1",
                            extra=f"[constraints]\nmax_ttft_p99_ms = {SLO_MS}\n")
         r = run_autotune("run", "--study", str(path), cwd=directory, env={"XDG_STATE_HOME": str(directory / "s")})
         finished_ok(r)
-        plan = make_plan(load_study(str(path)))
+        plan = make_plan(read_study_file(str(path)))
         _made.update(path=path, trials=status(path)["trials"], truth=truths.surface(plan))
     return _made
 

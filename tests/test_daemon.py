@@ -42,7 +42,7 @@ def assert_nothing_lost(study: Path, budget: int) -> list[dict]:
     (r"trial 1 (\[baseline\] )?(COMPLETE|PRUNED|FAIL):", 0.001),  # right after the result was written
 ])
 def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str, time_scale: float) -> None:
-    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE,
+    study = write_study(tmp_path, launches=4, sampler="grid", space=DEPLOYING_SPACE,
                         args={"sim-time-scale": time_scale})
     proc = start_run(study)
     try:
@@ -63,7 +63,7 @@ def test_sigkill_at_any_moment_then_restart(tmp_path: Path, moment: str, time_sc
 def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) -> None:
     """The tuner died between creating a grid trial and asking for its parameters: the restart runs that grid point
     (the window is too short to hit with a signal, so the dead tuner's trial is made here with Optuna itself)."""
-    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE)
+    study = write_study(tmp_path, launches=4, sampler="grid", space=DEPLOYING_SPACE)
     assert run_autotune("run", "--study", str(study), "--trials", "1", cwd=tmp_path).returncode == 0
     storage = f"sqlite:///{tmp_path / 't.db'}"
     grid = optuna.samplers.GridSampler({"speculative-num-steps": [2, 3, 4, 5]}, seed=7)
@@ -84,7 +84,7 @@ def test_a_trial_killed_before_it_chose_a_config_is_run_again(tmp_path: Path) ->
 
 @pytest.mark.slow
 def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Path) -> None:
-    study = write_study(tmp_path, trials=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02},
+    study = write_study(tmp_path, launches=4, sampler="grid", space=DEPLOYING_SPACE, args={"sim-time-scale": 0.02},
                         workload="max_tokens = 400\nconcurrency = [1, 4]\nrequests = 6\n"
                                  "window_generations = 1\nwarmup = 1\ntolerance = 0.5")
     proc = start_run(study)
@@ -112,8 +112,8 @@ def test_sigterm_mid_trial_stops_cleanly_and_the_config_is_retried(tmp_path: Pat
 
 @pytest.mark.slow
 def test_a_second_tuner_on_the_same_target_is_refused(tmp_path: Path) -> None:
-    study = write_study(tmp_path, trials=3, args={"sim-time-scale": 0.02})
-    other = write_study(tmp_path, "other", trials=3, port=port_of(study))  # another study, the same target
+    study = write_study(tmp_path, launches=3, args={"sim-time-scale": 0.02})
+    other = write_study(tmp_path, "other", launches=3, port=port_of(study))  # another study, the same target
     proc = start_run(study)
     try:
         wait_for_line(tmp_path / "t.log", r"trial 0 deploy", proc)

@@ -17,11 +17,11 @@ import optuna
 import pytest
 from optuna.distributions import IntDistribution
 
-from autotune.adaptive import file_name as adaptive_file_name
+from autotune.adaptive_schedule import file_name as adaptive_file_name
 from autotune.plan import make_plan
 from autotune.record import study as record_study
 from autotune.space import ServerFile
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.targets.local import LocalTarget, port_open
 from autotune.testing.ports import free_port
 from autotune.testing.studies import port_of, write_study
@@ -90,7 +90,7 @@ def test_the_final_deploy_retries_the_best_then_the_next_best(
     path.write_text(path.read_text().replace('command = ["autotune-sim"]', f'command = ["{wrapper}"]')
                     .replace("[engine.args]\n", '[engine.args]\napi-key = { env = "AUTOTUNE_TEST_FINAL_KEY" }\n'))
     monkeypatch.setenv("AUTOTUNE_TEST_FINAL_KEY", KEY)
-    plan = make_plan(load_study(str(path)))
+    plan = make_plan(read_study_file(str(path)))
     # steps 5 is measured but does not beat the baseline: never deployed at the end
     study = measured_study(plan, {1: 1.0, 3: 1.6, 2: 1.3, 5: 0.9})
     lines: list[str] = []
@@ -134,7 +134,7 @@ def test_apply_runs_the_recorded_config_on_the_target_in_force(tmp_path: Path, h
     old, new = port_of(path), free_port()
     two = f'[targets.a]\nkind = "local"\nserver_port = {old}\n[targets.b]\nkind = "local"\nserver_port = {new}\n'
     path.write_text(path.read_text().replace(f'[target]\nkind = "local"\nserver_port = {old}\n', two))
-    measured = make_plan(load_study(str(path)), "a")
+    measured = make_plan(read_study_file(str(path)), "a")
     study = measured_study(measured, {1: 1.0, 3: 1.6})  # trial 1 (steps 3) is the best, run on a's port
     stored = optuna.create_study(study_name="t", storage=f"sqlite:///{tmp_path / 't.db'}", direction="maximize")
     record_study.describe(stored, "weighted", path.read_text(), str(path))
@@ -145,7 +145,8 @@ def test_apply_runs_the_recorded_config_on_the_target_in_force(tmp_path: Path, h
     if how == "a changed server_port":
         path.write_text(path.read_text().replace(two, f'[target]\nkind = "local"\nserver_port = {new}\n'))
         argv = argv[:3]
-    target = LocalTarget(make_plan(load_study(str(path)), "b" if "--target" in argv else None).target, cwd=tmp_path)
+    plan = make_plan(read_study_file(str(path)), "b" if "--target" in argv else None)
+    target = LocalTarget(plan.target, cwd=tmp_path)
     try:
         r = run_autotune(*argv, cwd=tmp_path, timeout=120)
         assert r.returncode == 0, r.stderr
@@ -166,8 +167,8 @@ def test_a_workers_final_deploy_runs_the_best_on_its_own_port(tmp_path: Path) ->
     path.write_text(path.read_text().replace(
         f'[target]\nkind = "local"\nserver_port = {a}\n',
         f'[targets.a]\nkind = "local"\nserver_port = {a}\n[targets.b]\nkind = "local"\nserver_port = {b}\n'))
-    study = measured_study(make_plan(load_study(str(path)), "a"), {1: 1.0, 3: 1.6})
-    plan = make_plan(load_study(str(path)), "b")
+    study = measured_study(make_plan(read_study_file(str(path)), "a"), {1: 1.0, 3: 1.6})
+    plan = make_plan(read_study_file(str(path)), "b")
     target = KeptLocalTarget(plan.target, cwd=tmp_path)
     try:
         Tuner(plan, RunOptions())._finish(study, target)
@@ -183,7 +184,7 @@ def test_apply_of_an_adaptive_server_places_its_schedule_again(tmp_path: Path) -
     deleted since the trial ran): the server starts with the recorded schedule."""
     path = write_study(tmp_path, space='[space.speculative-num-steps]\ntype = "int"\nlow = 1\nhigh = 8\n',
                        args={"sim-time-scale": 0.002})
-    plan = make_plan(load_study(str(path)))
+    plan = make_plan(read_study_file(str(path)))
     rules = plan.engine.adaptive
     assert rules is not None
     slots = {1: [1, 3], 8: [1]}

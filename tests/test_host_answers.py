@@ -99,7 +99,7 @@ def test_a_study_whose_host_answers_nonsense_runs_its_own_configs(tmp_path: Path
     host = FakeSGLang(tmp_path / "host")
     host.answer({"port": 31999, "speculative_num_steps": "3;$(touch pwned)\n"})
     space = '[space.speculative-num-steps]\ntype = "int"\nlow = 1\nhigh = 2\n'
-    study = host.serve(write_study(tmp_path, sampler="grid", trials=2, space=space,
+    study = host.serve(write_study(tmp_path, sampler="grid", launches=2, space=space,
                                    args={"speculative-num-draft-tokens": None}))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
@@ -119,7 +119,7 @@ def test_the_host_is_asked_in_the_servers_own_environment(tmp_path: Path) -> Non
     target's, or its answer is another server's (a real CPU study had every config rewritten to a backend that
     cannot verify and crashed)."""
     host = FakeSGLang(tmp_path / "host")
-    study = host.serve(write_study(tmp_path, sampler="grid", trials=1, space=one_config_space(2, 1, 3)))
+    study = host.serve(write_study(tmp_path, sampler="grid", launches=1, space=one_config_space(2, 1, 3)))
     study.write_text(study.read_text().replace("[engine.args]", '[engine.env]\nFAKE_SGLANG_MARK = "engine"\n\n'
                                                                 "[engine.args]", 1))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)

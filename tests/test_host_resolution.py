@@ -29,7 +29,7 @@ ENGINE = SGLang()
 
 @pytest.mark.slow
 def test_a_study_prunes_what_the_host_rejects_and_runs_what_it_rewrites(tmp_path: Path) -> None:
-    study = write_study(tmp_path, sampler="grid", trials=4, space=host_space(),
+    study = write_study(tmp_path, sampler="grid", launches=4, space=host_space(),
                         args={"sim-fault": "force-arg:page-size=16"})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
@@ -42,7 +42,7 @@ def test_a_study_prunes_what_the_host_rejects_and_runs_what_it_rewrites(tmp_path
 @pytest.mark.slow
 def test_an_older_host_is_said_once_and_the_rules_decide(tmp_path: Path) -> None:
     space = f'[space.context-length]\ntype = "categorical"\nchoices = [4096, {TOO_LONG}]\n'
-    study = write_study(tmp_path, sampler="grid", trials=3, space=space, args={"sim-fault": "old-release"})
+    study = write_study(tmp_path, sampler="grid", launches=3, space=space, args={"sim-fault": "old-release"})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     log = (tmp_path / "t.log").read_text()
@@ -158,7 +158,7 @@ def test_the_rules_take_the_gpu_read_at_preflight(tmp_path: Path) -> None:
     """The emulator's profile is a Llama on an H100: read at preflight, the rules predict SGLang's default backend
     for it (fa3 for a chain, flashinfer for a tree), and the servers run what was predicted."""
     space = '[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [1, 4]\n'
-    study = write_study(tmp_path, sampler="grid", trials=2, space=space,
+    study = write_study(tmp_path, sampler="grid", launches=2, space=space,
                         args={"sim-profile": "llama8b", "tp-size": 1, "model-path": "/m"})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout

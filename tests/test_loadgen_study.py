@@ -29,7 +29,7 @@ def test_a_client_that_cannot_keep_up_stops_the_study_in_one_line(tmp_path: Path
     one line saying what the client reached, the limit and what to change. Nothing is lost and no config is given
     up on; the local server is stopped, as at the end of any study."""
     space = '[space.sim-speedup]\ntype = "categorical"\nchoices = [200, 250, 300]\n'
-    study = write_study(tmp_path, trials=8, space=space, sampler="grid", args={"sim-speedup": 1},
+    study = write_study(tmp_path, launches=8, space=space, sampler="grid", args={"sim-speedup": 1},
                         workload="max_tokens = 64\nconcurrency = [1, 32]\nrequests = 4\nwarmup = 1\n"
                                  "window_generations = 2")
     start = time.monotonic()
@@ -65,7 +65,7 @@ def test_two_workers_on_this_machine_measure_every_launch(tmp_path: Path) -> Non
     rate four runs of four passed beside three busy cores."""
     ports = [free_port(), free_port()]
     tables = "".join(f'[targets.w{i}]\nkind = "local"\nserver_port = {p}\n\n' for i, p in enumerate(ports))
-    study = write_study(tmp_path, "multi", trials=6, args={"sim-speedup": 1},
+    study = write_study(tmp_path, "multi", launches=6, args={"sim-speedup": 1},
                         workload="max_tokens = 96\nconcurrency = [1, 4]\nrequests = 8\nwarmup = 1")
     text = study.read_text()
     head, rest = text.split("[target]\n", 1)

@@ -28,7 +28,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.alone]
 def chains(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A finished grid study of the three chains (3 launches: the baseline is the 1-step chain)."""
     directory = tmp_path_factory.mktemp("chains")
-    study = write_study(directory, "old", sampler="grid", trials=3, space=CHAINS, workload=WORKLOAD,
+    study = write_study(directory, "old", sampler="grid", launches=3, space=CHAINS, workload=WORKLOAD,
                         args={"sim-speedup": SPEED})
     r = run_autotune("run", "--study", str(study), cwd=directory)
     assert r.returncode == 0, r.stderr + r.stdout
@@ -63,7 +63,7 @@ def test_the_best_config_for_each_load(chains: Path) -> None:
 
 def test_a_load_mix_is_the_objective(tmp_path: Path) -> None:
     mix = "\nmix = { 1 = 1, 32 = 3 }"   # shares normalised: a quarter of the time alone, three quarters at 32
-    study = write_study(tmp_path, sampler="grid", trials=2, objective="mix", space=CHAINS.replace("1, 4, 8", "1, 4"),
+    study = write_study(tmp_path, sampler="grid", launches=2, objective="mix", space=CHAINS.replace("1, 4, 8", "1, 4"),
                         workload=WORKLOAD + mix, args={"sim-speedup": SPEED})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
@@ -80,7 +80,7 @@ def test_a_load_mix_is_the_objective(tmp_path: Path) -> None:
 
 def test_a_warm_start_measures_the_old_best_first(chains: Path, tmp_path: Path) -> None:
     old_best = json.loads(run_autotune("best", "--study", str(chains), "--json").stdout)
-    study = write_study(tmp_path, "new", trials=3, seed=11, space=CHAINS, workload=WORKLOAD,
+    study = write_study(tmp_path, "new", launches=3, seed=11, space=CHAINS, workload=WORKLOAD,
                         args={"sim-speedup": SPEED})
     r = run_autotune("run", "--study", str(study), "--warm-start", str(chains), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout

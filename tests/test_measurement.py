@@ -30,7 +30,7 @@ FAST = ("max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
 def test_failures_under_load_have_reasons_and_teach_the_sampler(tmp_path: Path) -> None:
     space = ('[space.sim-fault]\ntype = "categorical"\n'
              'choices = ["oom-under-load:2", "crash-after:150", "stall-after:100", "errors:1.0"]\n')
-    study = write_study(tmp_path, sampler="grid", trials=5, space=space, workload=FAST)
+    study = write_study(tmp_path, sampler="grid", launches=5, space=space, workload=FAST)
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     by_fault = {t["params"].get("sim-fault"): t for t in status(study)["trials"]}
@@ -87,7 +87,7 @@ def test_memory_and_latency_constraints(tmp_path: Path) -> None:
              '[space.speculative-eagle-topk]\ntype = "categorical"\nchoices = [1]\n'
              '[space.speculative-num-draft-tokens]\ntype = "categorical"\nchoices = [2]\n')
     # steps 1 admits 25 running requests on the emulated host, steps 4 only 15
-    study = write_study(tmp_path, sampler="grid", trials=3, space=space, workload=FAST,
+    study = write_study(tmp_path, sampler="grid", launches=3, space=space, workload=FAST,
                         extra="[constraints]\nmin_running_requests = 20\n")
     assert run_autotune("run", "--study", str(study), cwd=tmp_path).returncode == 0
     # the grid's steps-1 point is the baseline itself: measured once, as trial 0
@@ -101,7 +101,7 @@ def test_memory_and_latency_constraints(tmp_path: Path) -> None:
     assert trials[1]["state"] == "COMPLETE" and trials[1]["metrics"]["max_running_requests"] == 25
 
     # a latency ceiling nothing meets: everything is measured, nothing is feasible, nothing is "best"
-    strict = write_study(tmp_path, "strict", sampler="grid", trials=2, space=space, workload=FAST,
+    strict = write_study(tmp_path, "strict", sampler="grid", launches=2, space=space, workload=FAST,
                          extra="[constraints]\nmax_ttft_p99_ms = 0.01\n")
     assert run_autotune("run", "--study", str(strict), cwd=tmp_path).returncode == 0
     rows = status(strict)["trials"]
@@ -118,7 +118,7 @@ def test_staged_pruning_stops_a_clearly_worse_config_early(tmp_path: Path) -> No
     # busy machine, and a retried launch shifted the trials) and one ten times slower
     speeds = (4.0, 4.1, 4.2, 4.3, 4.4, 0.4)
     space = f'[space.sim-speedup]\ntype = "categorical"\nchoices = {list(speeds)}\n'
-    study = write_study(tmp_path, sampler="random", objective="single", trials=7, space=space,
+    study = write_study(tmp_path, sampler="random", objective="single", launches=7, space=space,
                         workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
                                  "window_generations = 1\nwarmup = 1\ntolerance = 0.5")
     # queue the five fast configs first, so the slow one meets a pruner that has seen enough
@@ -152,7 +152,7 @@ def test_weighted_pruning_keeps_a_poor_single_stream_with_the_best_concurrent_fi
     space = "".join(f'[space.{name}]\ntype = "categorical"\nchoices = {sorted({c[i] for c in configs})}\n'
                     for i, name in enumerate(("speculative-num-steps", "speculative-eagle-topk",
                                               "speculative-num-draft-tokens")))
-    study = write_study(tmp_path, sampler="random", trials=len(configs) + 1, space=space,
+    study = write_study(tmp_path, sampler="random", launches=len(configs) + 1, space=space,
                         args={"model-path": "/shared/models/Llama-3.3-70B-Instruct", "tp-size": 8,
                               "sim-profile": "llama70b", "sim-speedup": 2},
                         workload="max_tokens = 128\nconcurrency = [1, 32]\nrequests = 32\n"

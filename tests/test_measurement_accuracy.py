@@ -22,7 +22,7 @@ import pytest
 from autotune import commands
 from autotune.bench.workload import PromptStream, load_prompts
 from autotune.plan import make_plan
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.testing.ports import free_port
 from autotune.testing.studies import one_config_space, write_study
 from autotune.testing import reference_client
@@ -97,7 +97,7 @@ def _serve(directory: Path, seed: int, config: tuple[int, int, int], settings: l
     client in turn for each setting: rows (config, setting, tuned, truth, reference, tuned's 95% half-width)."""
     port = free_port()
     studies = {s: _study(directory, config, s, port) for s in settings}
-    plans = {s: make_plan(load_study(str(path))) for s, path in studies.items()}
+    plans = {s: make_plan(read_study_file(str(path))) for s, path in studies.items()}
     first = plans[settings[0]]
     argv = [*first.engine.render([sys.executable, "-m", "autotune.sim"], first.baseline.args), "--sim-seed", str(seed)]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
@@ -155,7 +155,7 @@ def test_figures_agree_with_truth_and_an_independent_client(tmp_path: Path) -> N
     truth_dir.mkdir()
     studies = {(config, s): _study(truth_dir, config, s) for config in CONFIGS for s in SETTINGS}
     truths.work_out(list(studies.values()))
-    truth = {key: truths.level_truth(make_plan(load_study(str(path)))) for key, path in studies.items()}
+    truth = {key: truths.level_truth(make_plan(read_study_file(str(path)))) for key, path in studies.items()}
 
     # one emulator per config and speed, serving every setting at that speed
     jobs = []

@@ -141,7 +141,7 @@ STUDY_MODES = {**{mode: (reason, 60.0) for mode, reason in STREAM_MODES.items()}
 def test_a_study_ends_each_misbehaving_config_with_its_reason_and_goes_on(tmp_path: Path) -> None:
     space = ('[space.misbehave]\ntype = "categorical"\n'
              f'choices = {sorted([*STUDY_MODES, "none"])!r}\n'.replace("'", '"'))
-    study = write_study(tmp_path, sampler="grid", trials=len(STUDY_MODES) + 4, space=space,
+    study = write_study(tmp_path, sampler="grid", launches=len(STUDY_MODES) + 4, space=space,
                         command=[sys.executable, str(PROGRAM)],
                         workload="max_tokens = 16\nconcurrency = [1, 4]\nrequests = 4\nwindow_generations = 1\n"
                                  "warmup = 1\nrequest_timeout = 2\nstall_timeout = 2\nmax_repeats = 1\n"

@@ -97,14 +97,14 @@ def test_a_run_resumes_a_study_whose_creation_was_cut_short(tmp_path: Path) -> N
     """An earlier run was killed between creating the study and recording it as autotune's: the next run records it
     (its objective, its study file) and queues its baseline."""
     from autotune.plan import make_plan
-    from autotune.study import load_study
+    from autotune.study import read_study_file
     from autotune.tuner import RunOptions, Tuner
 
     study_file = tmp_path / "s.toml"
     study_file.write_text(VALID)
     url = f"sqlite:///{tmp_path / 's.db'}"
     optuna.create_study(study_name="s", storage=url, direction="maximize")
-    tuner = Tuner(make_plan(load_study(str(study_file))), RunOptions())
+    tuner = Tuner(make_plan(read_study_file(str(study_file))), RunOptions())
     tuner.storage = open_storage(url)
     study = tuner._open_study()
     assert record.study.is_autotunes(study) and record.study.objective(study) == "weighted"

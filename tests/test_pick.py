@@ -12,7 +12,7 @@ from autotune import queue, record, results
 from autotune.best import best_record, document, tie_line
 from autotune.plan import Plan, make_plan
 from autotune.report.summary import summary_markdown
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.testing.studies import SPEC_SPACE, write_study
 from tests.support.study_texts import DRAFT, STEPS, TOPK
 
@@ -21,7 +21,7 @@ WIDE, NARROW = (4, 4, 16), (4, 4, 9)
 
 
 def new_study(tmp_path: Path) -> tuple[optuna.Study, Plan]:
-    plan = make_plan(load_study(str(write_study(tmp_path, objective="concurrent", space=SPEC_SPACE))))
+    plan = make_plan(read_study_file(str(write_study(tmp_path, objective="concurrent", space=SPEC_SPACE))))
     return optuna.create_study(direction="maximize"), plan
 
 

@@ -113,7 +113,7 @@ def test_nothing_extra_when_not_a_terminal(log_to: logging.Logger) -> None:
 
 
 def test_run_on_a_terminal_shows_progress_between_clean_log_lines(tmp_path: Path) -> None:
-    study = write_study(tmp_path, trials=2, args={"sim-time-scale": 0.001},
+    study = write_study(tmp_path, launches=2, args={"sim-time-scale": 0.001},
                         workload="max_tokens = 48\nconcurrency = [1, 2]\nrequests = 2\n"
                                  "window_generations = 1\nwarmup = 0\nmax_repeats = 1"
                                 "\ntolerance = 0.5")

@@ -11,7 +11,7 @@ import pytest
 from autotune import study_terms
 from autotune.errors import UserError
 from autotune.plan import requests_of
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.testing.studies import write_study
 from tests.support.cli import kept, run_autotune, status
 
@@ -24,7 +24,7 @@ def test_the_traffic_is_the_requests_content_not_the_files_name(tmp_path: Path) 
     (tmp_path / "b.jsonl").write_text("\ufeff" + "\r\n".join(lines))  # the same requests, written on Windows
 
     def terms(dataset: str, max_tokens: int = 48) -> dict:
-        spec = load_study(str(write_study(tmp_path, workload=f'dataset = "{dataset}"\nmax_tokens = {max_tokens}')))
+        spec = read_study_file(str(write_study(tmp_path, workload=f'dataset = "{dataset}"\nmax_tokens = {max_tokens}')))
         return study_terms.traffic(spec, requests_of(spec))
 
     then = terms("a.jsonl")
@@ -40,7 +40,7 @@ def test_the_traffic_is_the_requests_content_not_the_files_name(tmp_path: Path) 
 
 @pytest.mark.slow
 def test_an_exhausted_study_resumed_over_a_widened_space_searches_it(tmp_path: Path) -> None:
-    study = write_study(tmp_path, trials=4, space=STEPS.format(high=2), args={"speculative-num-draft-tokens": None})
+    study = write_study(tmp_path, launches=4, space=STEPS.format(high=2), args={"speculative-num-draft-tokens": None})
     first = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert first.returncode == 0 and "stopped (exhausted)" in first.stdout, first.stderr + first.stdout[-3000:]
     before = len(status(study)["trials"])
@@ -59,7 +59,7 @@ def test_an_exhausted_study_resumed_over_a_widened_space_searches_it(tmp_path: P
 
 @pytest.mark.slow
 def test_a_grid_resumed_over_a_widened_space_tries_only_its_new_configs(tmp_path: Path) -> None:
-    study = write_study(tmp_path, sampler="grid", trials=3, space=STEPS.format(high=2),
+    study = write_study(tmp_path, sampler="grid", launches=3, space=STEPS.format(high=2),
                         args={"speculative-num-draft-tokens": None})
     first = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert first.returncode == 0, first.stderr + first.stdout[-3000:]

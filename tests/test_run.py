@@ -89,7 +89,7 @@ def test_invalid_and_duplicate_configs_cost_no_deployment(tmp_path: Path) -> Non
     # (a choice no config here can run: an int range reaching 4 would be refused as a whole, a listed choice is not)
     # at twice the model's speed, not ten times: there the client fell behind at c4 now and then, even on an idle
     # machine (25-47% of a 48-token request's time outside the server, 25% allowed)
-    study = write_study(tmp_path, sampler="grid", trials=7, space=GRID_SPACE, args={"sim-speedup": 2})
+    study = write_study(tmp_path, sampler="grid", launches=7, space=GRID_SPACE, args={"sim-speedup": 2})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     everything = status(study)["trials"]
@@ -120,7 +120,7 @@ choices = ["startup-crash", "startup-hang", "warmup-hang"]
 
 @pytest.mark.slow
 def test_startup_failures_end_with_named_reasons(tmp_path: Path) -> None:
-    study = write_study(tmp_path, sampler="grid", trials=4, space=FAULT_SPACE, health="interval = 0.25\ntimeout = 4")
+    study = write_study(tmp_path, sampler="grid", launches=4, space=FAULT_SPACE, health="interval = 0.25\ntimeout = 4")
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     by_fault = {t["params"].get("sim-fault"): t for t in status(study)["trials"]}
@@ -141,7 +141,7 @@ def test_startup_failures_end_with_named_reasons(tmp_path: Path) -> None:
     ('[space.not-a-real-flag]\ntype = "categorical"\nchoices = ["x"]\n', "host_rejected"),
 ])
 def test_out_of_memory_and_rejected_arguments(tmp_path: Path, space: str, reason: str) -> None:
-    study = write_study(tmp_path, sampler="grid", trials=2, space=space)
+    study = write_study(tmp_path, sampler="grid", launches=2, space=space)
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     trials = status(study)["trials"]
@@ -153,7 +153,7 @@ def test_out_of_memory_and_rejected_arguments(tmp_path: Path, space: str, reason
 @pytest.mark.slow
 def test_sigkill_mid_trial_then_resume_loses_nothing(tmp_path: Path) -> None:
     # at twice the model's speed (see above): a client_bound retry before trial 2 would shift the trial it kills
-    study = write_study(tmp_path, trials=5, args={"sim-time-scale": 0.02, "sim-speedup": 2})
+    study = write_study(tmp_path, launches=5, args={"sim-time-scale": 0.02, "sim-speedup": 2})
     log = tmp_path / "t.log"
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -192,7 +192,7 @@ def test_apply_deploys_the_best_or_a_chosen_trial_and_waits_until_healthy(tmp_pa
     import httpx
 
     space = GRID_SPACE.replace("choices = [1, 2]", "choices = [2]").replace("low = 2\nhigh = 4", "low = 2\nhigh = 3")
-    study = write_study(tmp_path, trials=3, sampler="grid", space=space)
+    study = write_study(tmp_path, launches=3, sampler="grid", space=space)
     assert run_autotune("run", "--study", str(study), cwd=tmp_path).returncode == 0
     port = port_of(study)
     best = json.loads(run_autotune("best", "--study", str(study), "--json").stdout)
@@ -218,7 +218,7 @@ def test_apply_deploys_the_best_or_a_chosen_trial_and_waits_until_healthy(tmp_pa
 def test_gp_sampler_runs_a_study_when_installed(tmp_path: Path) -> None:
     """sampler = "gp" (the optional [gp] extra): Optuna's GPSampler proposes the configs after the startup trials."""
     requires.torch()
-    study = write_study(tmp_path, trials=8, sampler="gp")
+    study = write_study(tmp_path, launches=8, sampler="gp")
     study.write_text(study.read_text().replace('sampler = "gp"', 'sampler = "gp"\nstartup_trials = 3'))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr

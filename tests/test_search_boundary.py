@@ -17,11 +17,11 @@ from autotune.plan import Plan, make_plan
 from autotune.record import TrialRecord
 from autotune.search import SearchSettings
 from autotune.search.feasibility import Feasibility, at_least
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.trial import Objective, decide
 from autotune.trial.surrogate import SurrogateLaunch
 from autotune.testing.studies import write_study
-from autotune.truth import ConfigTruth
+from autotune.study_truth import ConfigTruth
 from tests.support.study_texts import DRAFT, STEPS, TOPK
 from tests.support.surrogate_studies import EXACT, SPACE, run
 
@@ -30,7 +30,8 @@ def plan_of(tmp_path: Path, launches: int, **search: object) -> Plan:
     """A study that measures all six of the engine's starting points first (the widest of them runs out of memory
     on ``wide_trees_win``), then lets the search's model choose. The made-up landscapes here have no physics (every
     config's accept length is the same), so the physics prior is off."""
-    plan = make_plan(load_study(str(write_study(tmp_path, objective="concurrent", space=SPACE, trials=launches))))
+    study = write_study(tmp_path, objective="concurrent", space=SPACE, launches=launches)
+    plan = make_plan(read_study_file(str(study)))
     settings = {"starting_points": None, "model_from": 7, "physics": False, **search}
     return replace(plan, search=SearchSettings(**settings))  # type: ignore[arg-type]
 

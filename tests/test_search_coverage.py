@@ -25,11 +25,11 @@ from autotune.search.feasibility import at_least
 from autotune.search.physics import accept_length, features
 from autotune.search.propose import physics_set_aside
 from autotune.space import Candidate
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.testing.studies import SPEC_SPACE, write_study
 from autotune.trial.launch import OnPhase
 from autotune.trial.surrogate import SurrogateLaunch
-from autotune.truth import ConfigTruth
+from autotune.study_truth import ConfigTruth
 from tests.support.study_texts import DRAFT, STEPS, TOPK
 from tests.support.surrogate_studies import EXACT, run
 
@@ -67,8 +67,8 @@ def weighted(truth: dict[str, ConfigTruth], plan: Plan, key: str) -> float:
 
 
 def study_of(tmp_path: Path, seed: int, **settings: object) -> tuple[Plan, dict[str, ConfigTruth], list]:
-    plan = make_plan(load_study(str(write_study(tmp_path, name=f"s{seed}", objective="weighted", space=SPEC_SPACE,
-                                                trials=15, seed=seed))))
+    plan = make_plan(read_study_file(str(write_study(tmp_path, name=f"s{seed}", objective="weighted", space=SPEC_SPACE,
+                                                launches=15, seed=seed))))
     if settings:
         plan = replace(plan, search=replace(plan.search, **settings))
     truth = hidden_host(plan)
@@ -77,7 +77,7 @@ def study_of(tmp_path: Path, seed: int, **settings: object) -> tuple[Plan, dict[
 
 
 def test_the_landscape_hides_its_optimum_where_the_priors_look_last(tmp_path: Path) -> None:
-    plan = make_plan(load_study(str(write_study(tmp_path, objective="weighted", space=SPEC_SPACE, trials=15))))
+    plan = make_plan(read_study_file(str(write_study(tmp_path, objective="weighted", space=SPEC_SPACE, launches=15))))
     truth = hidden_host(plan)
     best_of = {k: max(weighted(truth, plan, key) for key, t in truth.items() if t.params[TOPK] == k)
                for k in (1, 2, 4, 8)}
@@ -130,8 +130,8 @@ def widest_out_of_memory(plan: Plan) -> dict[str, ConfigTruth]:
 
 
 def covered_study(tmp_path: Path, seed: int, **settings: object) -> tuple[Plan, dict[str, ConfigTruth], list]:
-    plan = make_plan(load_study(str(write_study(tmp_path, name=f"s{seed}", objective="weighted", space=SPEC_SPACE,
-                                                trials=15, seed=seed))))
+    plan = make_plan(read_study_file(str(write_study(tmp_path, name=f"s{seed}", objective="weighted", space=SPEC_SPACE,
+                                                launches=15, seed=seed))))
     plan = replace(plan, search=replace(plan.search, **{**SLOW_PRIOR, **settings}))
     truth = widest_out_of_memory(plan)
     return plan, truth, run(plan, truth)
@@ -186,7 +186,8 @@ def test_a_width_lost_to_a_crash_stays_open(tmp_path: Path, cover_by: str, measu
     """The hidden host's coverage launch of topk 8 crashes at start: the width is not covered by it, so a later
     launch of the search measures a topk-8 tree and the pick is the optimum there; counted as covered by the crash
     (the rule before), the search measures no topk-8 tree and the pick ends short."""
-    plan = make_plan(load_study(str(write_study(tmp_path, objective="weighted", space=SPEC_SPACE, trials=15, seed=3))))
+    study = write_study(tmp_path, objective="weighted", space=SPEC_SPACE, launches=15, seed=3)
+    plan = make_plan(read_study_file(str(study)))
     plan = replace(plan, search=replace(plan.search, **SLOW_PRIOR, cover_by=cover_by))
     truth = hidden_host(plan)
     study = run(plan, truth, CrashOnce(plan, truth, EXACT, seed=1))

@@ -11,9 +11,9 @@ from pathlib import Path
 from autotune.plan import Plan, make_plan
 from autotune.record import TrialRecord
 from autotune.search import SearchSettings
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.testing.studies import write_study
-from autotune.truth import ConfigTruth
+from autotune.study_truth import ConfigTruth
 from tests.support.study_texts import DRAFT, STEPS, TOPK
 from tests.support.surrogate_studies import SPACE as BOUNDARY_SPACE
 from tests.support.surrogate_studies import run
@@ -32,7 +32,8 @@ def far_corner(plan: Plan) -> dict[str, ConfigTruth]:
 
 
 def test_the_whole_space_model_reaches_a_far_region_within_the_budget(tmp_path: Path) -> None:
-    plan = make_plan(load_study(str(write_study(tmp_path, objective="concurrent", space=BOUNDARY_SPACE, trials=12))))
+    study = write_study(tmp_path, objective="concurrent", space=BOUNDARY_SPACE, launches=12)
+    plan = make_plan(read_study_file(str(study)))
     plan = replace(plan, search=SearchSettings(physics=False))  # a made-up landscape: no physics to fit
     truth = far_corner(plan)
     study = run(plan, truth)

@@ -14,7 +14,7 @@ from autotune import queue, record, search
 from autotune.plan import Plan, make_plan
 from autotune.search import SearchSettings
 from autotune.space import Space
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.targets import make_target
 from autotune.testing.studies import write_study
 from autotune.trial import Objective, ServerLaunch
@@ -36,7 +36,7 @@ choices = [1, 2]
 
 def new_study(tmp_path: Path) -> tuple[optuna.Study, Plan]:
     """A study and its plan, with the local search starting after two launches."""
-    spec = load_study(str(write_study(tmp_path, objective="concurrent", space=SPACE, args=DRAFT)))
+    spec = read_study_file(str(write_study(tmp_path, objective="concurrent", space=SPACE, args=DRAFT)))
     plan = make_plan(replace(spec, startup_trials=2))
     return optuna.create_study(direction="maximize"), replace(plan, search=SearchSettings(scope="local"))
 

@@ -8,13 +8,13 @@ import pytest
 from autotune.engines import get_engine
 from autotune.errors import InvalidConfig, UserError
 from autotune.space import Space
-from autotune.study import load_study
+from autotune.study import read_study_file
 from tests.support.study_texts import VALID, write
 
 
 @pytest.fixture
 def space(tmp_path: Path) -> Space:
-    spec = load_study(str(write(tmp_path, VALID)))
+    spec = read_study_file(str(write(tmp_path, VALID)))
     return Space(spec, get_engine("sglang"), 31555)
 
 
@@ -67,6 +67,6 @@ def test_space_check_counts_distinct_effective_configs(space: Space) -> None:
 def test_impossible_space_is_refused(tmp_path: Path) -> None:
     text = VALID.replace("choices = [1, 2]", "choices = [2]").replace("low = 1\nhigh = 4", "low = 1\nhigh = 1") \
         .replace("low = 2\nhigh = 8", "low = 5\nhigh = 8")
-    spec = load_study(str(write(tmp_path, text)))
+    spec = read_study_file(str(write(tmp_path, text)))
     with pytest.raises(UserError, match=r"\[space\] is impossible: the sglang rules reject every config"):
         Space(spec, get_engine("sglang"), 31555).check()

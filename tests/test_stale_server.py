@@ -12,7 +12,7 @@ import pytest
 
 from autotune.trial import Objective, ServerLaunch
 from autotune.plan import make_plan
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.targets.base import Deployment, Target
 from autotune.targets.completed import Completed
 from autotune.testing.ports import free_port
@@ -66,7 +66,7 @@ def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
     port = free_port()
     old = start_emulator(port, steps=1, topk=1, draft=2)
     try:
-        plan = make_plan(load_study(str(write_study(tmp_path, port=port))))
+        plan = make_plan(read_study_file(str(write_study(tmp_path, port=port))))
         (tmp_path / "old.log").write_text("")
         target = StaleTarget(plan.target, f"http://127.0.0.1:{port}", tmp_path / "old.log")
         objective = Objective(plan, ServerLaunch(plan, target, should_stop=lambda: False))
@@ -90,7 +90,7 @@ def test_stale_server_with_other_args_is_not_measured(tmp_path: Path) -> None:
 def test_foreign_process_on_the_port_is_named_and_never_killed(tmp_path: Path) -> None:
     port = free_port()
     with holding([sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"], port) as squatter:
-        study = write_study(tmp_path, trials=1, port=port)
+        study = write_study(tmp_path, launches=1, port=port)
         r = run_autotune("run", "--study", str(study), cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         trials = status(study)["trials"]

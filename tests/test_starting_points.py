@@ -12,7 +12,7 @@ from autotune.errors import REASONS
 from autotune.engines.sglang import tree_capacity
 from autotune.search import initial_design
 from autotune.space import Space
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.testing.studies import SPEC_SPACE, write_study
 from tests.support.cli import kept, run_autotune, start_run, status, wait_for_line
 from tests.support.study_texts import DRAFT, STEPS, TOPK, WIDE, space_of, write
@@ -72,7 +72,7 @@ def test_only_model_based_samplers_get_them(tmp_path: Path) -> None:
     engine = get_engine("sglang")
     for extra, expected in (("", FULL_SPACE_POINTS), ('sampler = "gp"', FULL_SPACE_POINTS),
                             ('initial_design = "random"', []), ('sampler = "random"', []), ('sampler = "grid"', [])):
-        spec = load_study(str(write(tmp_path, WIDE.replace("trials = 10", f"trials = 10\n{extra}"))))
+        spec = read_study_file(str(write(tmp_path, WIDE.replace("trials = 10", f"trials = 10\n{extra}"))))
         assert triples(initial_design(spec, Space(spec, engine, 31555))) == expected, extra
 
 
@@ -80,7 +80,7 @@ def test_only_model_based_samplers_get_them(tmp_path: Path) -> None:
 def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> None:
     workload = ("max_tokens = 48\nconcurrency = [1, 4]\nrequests = 4\n"
                 "window_generations = 1\nwarmup = 0\nmax_repeats = 1\ntolerance = 0.5")
-    study = write_study(tmp_path, trials=4, space=SPEC_SPACE, workload=workload)
+    study = write_study(tmp_path, launches=4, space=SPEC_SPACE, workload=workload)
     listed = run_autotune("validate", "--study", str(study), cwd=tmp_path)
     assert listed.returncode == 0, listed.stderr
     # the 3-step chain and the first tree (SearchSettings.starting_points): then the search's model takes over
@@ -111,7 +111,7 @@ def test_a_baseline_cut_short_runs_again_before_them(tmp_path: Path) -> None:
     the next one measured: the starting points are queued one at a time, so they never stand in front of it (the
     weighted objective of each of them needs the baseline first)."""
     # the server starts in 2 s: the stop lands while the baseline's server starts
-    study = write_study(tmp_path, trials=5, space=SPEC_SPACE, args={"sim-time-scale": 0.02})
+    study = write_study(tmp_path, launches=5, space=SPEC_SPACE, args={"sim-time-scale": 0.02})
     proc = start_run(study)
     wait_for_line(tmp_path / "t.log", r"trial 0 deploy", proc)
     proc.send_signal(signal.SIGTERM)

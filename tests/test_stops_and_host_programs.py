@@ -73,7 +73,7 @@ def _kill_server(port: int) -> None:
 def test_a_signal_while_a_server_drips_its_configuration_stops_the_run(tmp_path: Path, sig: signal.Signals) -> None:
     """The baseline's /server_info sends a byte a second without end: the stop acts within seconds, the trial is
     queued again as interrupted, and the server is stopped as at any stop of a local target."""
-    study = write_study(tmp_path, trials=3, args={"misbehave": "trickle"}, command=[sys.executable, str(PROGRAM)])
+    study = write_study(tmp_path, launches=3, args={"misbehave": "trickle"}, command=[sys.executable, str(PROGRAM)])
     port = int(study.read_text().split("server_port = ")[1].split()[0])
     proc = _start(study)
     try:
@@ -102,7 +102,7 @@ def test_a_signal_during_the_start_up_host_question_stops_the_run(tmp_path: Path
     the background starts it."""
     asked = tmp_path / "asked"
     python = _fake_python(tmp_path, f"echo $$ > {asked}; exec sleep 600")
-    study = write_study(tmp_path, trials=2, command=[str(python), "-m", "autotune.sim"])
+    study = write_study(tmp_path, launches=2, command=[str(python), "-m", "autotune.sim"])
     proc = _start(study, "trap '' INT")
     try:
         deadline = time.monotonic() + 60
@@ -131,7 +131,7 @@ def test_a_host_program_that_writes_without_end_is_unavailable_and_the_study_run
     the rules decide; the tuner's memory stays bounded (it runs within 2 GiB of address space here; the whole
     output once reached a MemoryError in seconds)."""
     python = _fake_python(tmp_path, "exec yes autotune")
-    study = write_study(tmp_path, trials=2, command=[str(python), "-m", "autotune.sim"])
+    study = write_study(tmp_path, launches=2, command=[str(python), "-m", "autotune.sim"])
     started = time.monotonic()
     proc = _start(study, f"ulimit -v {2 << 20}")  # KiB: 2 GiB
     out, err = proc.communicate(timeout=240)

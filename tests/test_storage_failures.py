@@ -59,7 +59,7 @@ def one_line(r: subprocess.CompletedProcess[str] | tuple[int, str, str], pattern
 
 @pytest.mark.slow
 def test_a_read_only_study_directory_and_database_are_one_line(tmp_path: Path) -> None:
-    study = write_study(tmp_path / "s", trials=1) if (tmp_path / "s").mkdir() is None else None
+    study = write_study(tmp_path / "s", launches=1) if (tmp_path / "s").mkdir() is None else None
     assert study is not None
     r = run_autotune("run", "--study", str(study), cwd=study.parent)
     assert r.returncode == 0, r.stderr
@@ -88,7 +88,7 @@ def test_a_measurement_the_database_would_not_take_is_kept(tmp_path: Path) -> No
     disk.mkdir()
     _mount("-t", "tmpfs", "-o", "size=32m", "tmpfs", str(disk))
     try:
-        study = write_study(disk, trials=2, objective="pareto",
+        study = write_study(disk, launches=2, objective="pareto",
                             workload="max_tokens = 48\nconcurrency = [1, 4]\nrequests = 24\nwindow_generations = 4\n"
                                      "warmup = 1\ntolerance = 0.5")
         db = disk / "t.db"

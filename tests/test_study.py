@@ -6,17 +6,17 @@ from pathlib import Path
 import pytest
 
 from autotune.errors import UserError
-from autotune.study import load_study
+from autotune.study import read_study_file
 from tests.support.study_texts import VALID, write
 
 def error_of(tmp_path: Path, text: str) -> str:
     with pytest.raises(UserError) as e:
-        load_study(str(write(tmp_path, text)))
+        read_study_file(str(write(tmp_path, text)))
     return str(e.value)
 
 
 def test_valid_study_loads_with_defaults(tmp_path: Path) -> None:
-    spec = load_study(str(write(tmp_path, VALID, "mine")))
+    spec = read_study_file(str(write(tmp_path, VALID, "mine")))
     assert spec.name == "mine"
     assert spec.storage == f"sqlite:///{tmp_path / 'mine'}.db"
     assert spec.objective == "weighted" and spec.sampler == "tpe"
@@ -31,17 +31,17 @@ def test_study_found_by_name_under_studies(tmp_path: Path, monkeypatch: pytest.M
     (tmp_path / "studies").mkdir()
     write(tmp_path / "studies", VALID, "byname")
     monkeypatch.chdir(tmp_path)
-    assert load_study("byname").name == "byname"
+    assert read_study_file("byname").name == "byname"
     with pytest.raises(UserError, match=r"unknown study 'nope'.*studies in .*: byname"):
-        load_study("nope")
+        read_study_file("nope")
 
 
 def test_repo_studies_validate() -> None:
     root = Path(__file__).resolve().parent.parent / "studies"
     for name in ("demo", "qwen122b"):
-        spec = load_study(str(root / f"{name}.toml"))
+        spec = read_study_file(str(root / f"{name}.toml"))
         assert spec.engine.kind == "sglang"
-    qwen = load_study(str(root / "qwen122b.toml"))
+    qwen = read_study_file(str(root / "qwen122b.toml"))
     assert qwen.target().kind == "ssh-systemd" and qwen.target().server_port == 30000
     assert qwen.engine.args["model-path"] == "/shared/models/Qwen3.5-122B-A10B"
     assert qwen.engine.args["served-model-name"] == "qwen3.5-122b"
@@ -85,5 +85,5 @@ def test_empty_space_is_refused(tmp_path: Path) -> None:
 
 
 def test_relative_sqlite_storage_is_beside_the_study(tmp_path: Path) -> None:
-    spec = load_study(str(write(tmp_path, VALID.replace("trials = 10", 'trials = 10\nstorage = "sqlite:///x/y.db"'))))
+    spec = read_study_file(str(write(tmp_path, VALID.replace("trials = 10", 'trials = 10\nstorage = "sqlite:///x/y.db"'))))
     assert spec.storage == f"sqlite:///{tmp_path}/x/y.db"

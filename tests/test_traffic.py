@@ -20,7 +20,7 @@ from autotune.bench.workload import load_prompts, load_traffic
 from autotune.errors import UserError
 from autotune.plan import Plan, make_plan
 from autotune.report.summary import _categories
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.testing.ports import free_port
 from autotune.testing.studies import one_config_space, write_study
 from tests.support.cli import run_autotune, status
@@ -102,7 +102,7 @@ def _dataset(rng: random.Random, n: int) -> list[dict]:
 def _plan(directory: Path, workload: str, port: int) -> Plan:
     study = write_study(directory, "s", workload=workload, port=port, space=one_config_space(3, 1, 4),
                         args={"sim-speedup": 1})
-    plan = make_plan(load_study(str(study)))
+    plan = make_plan(read_study_file(str(study)))
     return dataclasses.replace(plan, baseline=plan.space.candidate(next(iter(plan.space.configs()))))
 
 
@@ -185,7 +185,7 @@ def test_the_report_shows_acceptance_and_speed_by_category(tmp_path: Path) -> No
     read from the speculative figures SGLang sends after its finishing event (asked for with
     return_spec_tokens_details), and on the emulator copy-heavy rewrites are accepted far above free chat; the report
     says so per category, with the lengths plot beside it."""
-    study = write_study(tmp_path, "cat", trials=1, space=one_config_space(7, 1, 8),
+    study = write_study(tmp_path, "cat", launches=1, space=one_config_space(7, 1, 8),
                         args={"speculative-num-steps": 7, "speculative-num-draft-tokens": 8},
                         workload='dataset = "builtin"\nconcurrency = [1, 4]\nrequests = 60\nmax_tokens = 120\n'
                                  'window_generations = 12\nwarmup = 1\ntolerance = 0.5\nmax_repeats = 1')
@@ -211,7 +211,7 @@ def test_every_trial_measures_its_single_stream_on_the_same_requests(tmp_path: P
     the same order (common random numbers), not each on its own draw from the dataset."""
     data = _dataset(random.Random(3), 40)
     (tmp_path / "chat.jsonl").write_text("".join(json.dumps(x) + "\n" for x in data))
-    study = write_study(tmp_path, "crn", trials=3, args={"sim-speedup": 8},
+    study = write_study(tmp_path, "crn", launches=3, args={"sim-speedup": 8},
                         workload='dataset = "chat.jsonl"\nconcurrency = [1, 4]\nrequests = 8\n'
                                  'window_generations = 2\nwarmup = 1\ntolerance = 0.5\nmax_repeats = 1')
     r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=600)
@@ -263,8 +263,8 @@ def test_a_sharegpt_file_and_a_batch_file_validate_and_run(tmp_path: Path, layou
 
 def test_the_report_says_what_ignore_eos_does_to_a_datasets_acceptance(tmp_path: Path) -> None:
     (tmp_path / "d.jsonl").write_text('{"prompt": "Once upon a time", "max_tokens": 40}\n')
-    forced = load_study(str(write_study(tmp_path, "f", workload='dataset = "d.jsonl"\nignore_eos = true')))
-    natural = load_study(str(write_study(tmp_path, "n", workload='dataset = "d.jsonl"')))
+    forced = read_study_file(str(write_study(tmp_path, "f", workload='dataset = "d.jsonl"\nignore_eos = true')))
+    natural = read_study_file(str(write_study(tmp_path, "n", workload='dataset = "d.jsonl"')))
     assert forced.workload.forced_length and not natural.workload.forced_length
     text = "\n".join(_categories(forced, None, None))
     assert "ran to its length (ignore_eos)" in text and "not the traffic's own" in text

@@ -12,9 +12,9 @@ from optuna.trial import TrialState
 from autotune import queue
 from autotune.plan import Plan, make_plan
 from autotune.record import TrialRecord, write
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.trial import decide
-from autotune.truth import ConfigTruth
+from autotune.study_truth import ConfigTruth
 from autotune.testing.studies import write_study
 from tests.support.surrogate_studies import run
 
@@ -35,7 +35,7 @@ high = 8
 
 
 def plan_of(tmp_path: Path, launches: int = 12, objective: str = "concurrent") -> Plan:
-    return make_plan(load_study(str(write_study(tmp_path, objective=objective, space=SPACE, trials=launches))))
+    return make_plan(read_study_file(str(write_study(tmp_path, objective=objective, space=SPACE, launches=launches))))
 
 
 def landscape(plan: Plan) -> dict[str, ConfigTruth]:

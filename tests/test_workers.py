@@ -44,7 +44,7 @@ def load(storage: str) -> optuna.Study:
 
 @pytest.mark.slow
 def test_three_workers_share_one_study_exactly(tmp_path: Path, database: str) -> None:
-    study, _ = write_multi(tmp_path, database, ["a", "b", "c"], trials=10, **FAST)
+    study, _ = write_multi(tmp_path, database, ["a", "b", "c"], launches=10, **FAST)
     r = run_autotune("run", "--study", str(study), "--all-targets", cwd=tmp_path, timeout=600)
     errors = [line for line in r.stdout.splitlines() if "error" in line.lower()]
     assert r.returncode == 0, "\n".join(errors[-20:]) + "\n...\n" + r.stdout[-2000:] + r.stderr
@@ -69,7 +69,7 @@ def test_three_workers_share_one_study_exactly(tmp_path: Path, database: str) ->
 
 @pytest.mark.slow
 def test_a_killed_worker_has_its_trial_retried_by_another(tmp_path: Path, database: str) -> None:
-    study, ports = write_multi(tmp_path, database, ["a", "b"], trials=6, **FAST)
+    study, ports = write_multi(tmp_path, database, ["a", "b"], launches=6, **FAST)
     workers = {name: subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study), "--target",
                                        name], cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
                for name in ("a", "b")}

@@ -14,7 +14,7 @@ import optuna
 from optuna.trial import TrialState
 
 from autotune.best import capacity_curves, capacity_label, per_concurrency, slo_text
-from autotune import adaptive_measured, record, results
+from autotune import adaptive_versus_fixed, record, results
 from autotune.record import TrialRecord, rate_text
 from autotune.report.plots import PlotResult
 from autotune.study import StudySpec
@@ -120,7 +120,7 @@ def _heading(study: optuna.Study, spec: StudySpec | None, recs: list[TrialRecord
             f"Objective `{objective}` ({', '.join(study.metric_names or ['value'])}), "
             f"{len(recs)} trials ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}), "
             f"{len(launches)} launches (servers started) counted against the budget"
-            + (f" of {spec.trials}" if spec else "") + f". Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
+            + (f" of {spec.launches}" if spec else "") + f". Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
 
 
 def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader: results.Estimate | None,
@@ -282,10 +282,10 @@ def _capacity(study: optuna.Study) -> list[str]:
 
 
 def _adaptive(study: optuna.Study) -> list[str]:
-    c = adaptive_measured.compare(study)
+    c = adaptive_versus_fixed.compare(study)
     if c is None:
         return []
-    lines = ["## Adaptive server against the best fixed config", "", adaptive_measured.headline(c) + ".", "",
+    lines = ["## Adaptive server against the best fixed config", "", adaptive_versus_fixed.headline(c) + ".", "",
              "Output tok/s at each load, the adaptive server's against the best fixed config's and against the fixed "
              "config fastest at that load (\"beat\" or \"lost\" only when the 95% intervals do not overlap):", "",
              "| load | adaptive [95% CI] | best fixed config [95% CI] | vs it | fastest fixed here [95% CI] (trial) "
@@ -295,9 +295,9 @@ def _adaptive(study: optuna.Study) -> list[str]:
         here, word_here = lv.against(lv.best_here)
         fixed = "-" if lv.fixed is None else f"{lv.fixed.value:.1f} [{lv.fixed.low:.1f}, {lv.fixed.high:.1f}]"
         lines.append(f"| c{lv.concurrency} | {lv.adaptive.value:.1f} [{lv.adaptive.low:.1f}, {lv.adaptive.high:.1f}] "
-                     f"| {fixed} | {adaptive_measured.said(gain, word)} | {lv.best_here.value:.1f} "
+                     f"| {fixed} | {adaptive_versus_fixed.said(gain, word)} | {lv.best_here.value:.1f} "
                      f"[{lv.best_here.low:.1f}, {lv.best_here.high:.1f}] ({lv.best_here_trial}) "
-                     f"| {adaptive_measured.said(here, word_here)} |")
+                     f"| {adaptive_versus_fixed.said(here, word_here)} |")
     return [*lines, ""]
 
 

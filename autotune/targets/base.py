@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from autotune.engines import Engine, get_engine
 from autotune.tables import Reader
-from autotune.targets.launch import Launch, kept_warning, prepare
+from autotune.targets.start_command import StartCommand, kept_warning, prepare
 from autotune.targets.completed import Completed
 
 log = logging.getLogger("autotune")
@@ -99,7 +99,7 @@ class Target(ABC):
     #: the machine the server runs on, as its users would name it
     machine: str = "this machine"
 
-    def launch(self, argv: list[str], env: dict[str, str]) -> Launch:
+    def start_command(self, argv: list[str], env: dict[str, str]) -> StartCommand:
         """A start of ``argv`` with the target's and ``env``'s environment, its secret flags off the command line
         where the engine allows it (a warning, once, for those it does not)."""
         launch = prepare(self.engine, argv, {**self.spec.env, **env})

@@ -152,7 +152,7 @@ class LocalTarget(Target):
         executable = resolve_command(argv[0], self.cwd)
         if executable is None:
             raise TrialFailure("deploy_failed", f"server command not found: {argv[0]}")
-        launch = self.launch(argv, env)
+        launch = self.start_command(argv, env)
         secret_dir = path = None
         if launch.file is not None:
             secret_dir = tempfile.mkdtemp(prefix="autotune-secret-")  # 0700, this user's

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune import record, results
-from autotune.adaptive import Schedule
+from autotune.adaptive_schedule import Schedule
 from autotune.engines import Args, ArgValue
 from autotune.errors import HostRejected, InvalidConfig
 from autotune.search.feasibility import Feasibility

@@ -28,8 +28,8 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import adaptive, queue, record
-from autotune.adaptive import Schedule
+from autotune import adaptive_schedule, queue, record
+from autotune.adaptive_schedule import Schedule
 from autotune.bench.capacity import SLO
 from autotune.errors import TrialFailure, UserError
 from autotune.plan import Plan
@@ -173,10 +173,11 @@ class Objective:
     def _schedule(self, trial: optuna.Trial) -> Schedule:
         """The adaptive server's schedule from the study's measurements so far, recorded with the trial."""
         plan = self.plan
-        name = adaptive.file_name(plan.spec.name, trial.number)
-        schedule = adaptive.build(trial.study, plan.engine, plan.spec.workload.tolerance, name, fixed=plan.space.fixed)
+        name = adaptive_schedule.file_name(plan.spec.name, trial.number)
+        schedule = adaptive_schedule.build(trial.study, plan.engine, plan.spec.workload.tolerance, name,
+                                           fixed=plan.space.fixed)
         write.schedule(trial, schedule.document, name, schedule.trials, schedule.family_trial,
-                       adaptive.summary(schedule, None))
+                       adaptive_schedule.summary(schedule, None))
         log.info("trial %d: adaptive schedule %s, from trials %s", trial.number, json.dumps(schedule.document),
                  ", ".join(map(str, schedule.trials)))
         return schedule

@@ -1,9 +1,9 @@
 """A trial's measurement step for the benches: the truth plus noise instead of a server.
 
-The study's truth (autotune/truth.py: what a perfect client measures on the emulator for the study's workload) with
-the measurement's own error added: each launch's single-stream figure off by a normal error of sd ``single``, each
-concurrency level's by ``concurrent``, and each config by a fixed bias of sd ``bias`` (the same at every launch of
-it). The sds are what real runs of the bench show (scripts/bench_sample_efficiency.py measures them). Everything
+The study's truth (autotune/study_truth.py: what a perfect client measures on the emulator for the study's workload)
+with the measurement's own error added: each launch's single-stream figure off by a normal error of sd ``single``,
+each concurrency level's by ``concurrent``, and each config by a fixed bias of sd ``bias`` (the same at every launch
+of it). The sds are what real runs of the bench show (scripts/bench_sample_efficiency.py measures them). Everything
 else is the product's own trial: the decisions, the queue, pruning, scoring and the record.
 
 The noise of a config's n-th launch depends only on the seed, the config and n, never on the order the search
@@ -26,7 +26,7 @@ from autotune.plan import Plan
 from autotune.record import write
 from autotune.score import metrics_of, relative_precision
 from autotune.space import Candidate
-from autotune.truth import ConfigTruth
+from autotune.study_truth import ConfigTruth
 from autotune.trial.launch import Launch, Measured, OnLevel, OnPhase
 
 #: a 95% interval's half-width in standard deviations

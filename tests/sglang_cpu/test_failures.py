@@ -25,7 +25,7 @@ from autotune.bringup import bring_up
 from autotune.engines.sglang import SGLang
 from autotune.errors import TrialFailure
 from autotune.plan import make_plan
-from autotune.study import load_study
+from autotune.study import read_study_file
 from autotune.targets import make_target
 from autotune.testing import sglang_cpu
 from autotune.testing.ports import free_port
@@ -60,7 +60,7 @@ def test_a_start_sglang_refuses_is_read_in_its_own_words(tmp_path: Path, change:
     """Launched without the question to the host (a config the rules and the host would refuse first): a tree on
     pages of 16 tokens, which SGLang's intel_amx backend refuses while it resolves its arguments, and a
     --mem-fraction-static below the weights, which leaves the KV cache no room."""
-    plan = make_plan(load_study(str(study_file(tmp_path, workload=SMALL, engine_args=CHAIN))))
+    plan = make_plan(read_study_file(str(study_file(tmp_path, workload=SMALL, engine_args=CHAIN))))
     target = make_target(plan.target, cwd=tmp_path)
     argv = plan.engine.render(plan.spec.engine.command, {**plan.space.fixed, **change})
     try:

@@ -43,7 +43,7 @@ def search_study(factory: pytest.TempPathFactory) -> SearchStudy:
     """The finished study (made on the first call)."""
     if not _made:
         directory = factory.mktemp("search-study")
-        path = write_study(directory, trials=LAUNCHES, seed=3, workload=WORKLOAD)
+        path = write_study(directory, launches=LAUNCHES, seed=3, workload=WORKLOAD)
         r = run_autotune("run", "--study", str(path), cwd=directory, env={"XDG_STATE_HOME": str(directory / "state")})
         assert r.returncode == 0, r.stderr + r.stdout
         _made.append(SearchStudy(path, r, status(path)["trials"]))

@@ -10,7 +10,7 @@ from autotune.pruning import make_pruner
 from autotune.search import make_sampler
 from autotune.trial import Launch, Objective, run_trials
 from autotune.trial.surrogate import Noise, SurrogateLaunch
-from autotune.truth import ConfigTruth
+from autotune.study_truth import ConfigTruth
 
 #: steps 1-6, topk 1-8 and up to 16 draft tokens: trees of every width, small enough to enumerate
 SPACE = """

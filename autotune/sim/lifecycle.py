@@ -11,7 +11,7 @@ from typing import Any
 import httpx
 import uvicorn
 
-from autotune.sim import adaptive, logs, model
+from autotune.sim import adaptive_controller, logs, model
 from autotune.sim.args import Resolved, SimOptions
 from autotune.sim.metrics import Metrics
 from autotune.sim.profile import Profile
@@ -31,7 +31,7 @@ WARMUP_PROMPT = "The capital city of France is"
 MAX_PREFILL_TOKENS = 16384
 
 
-class Launch:
+class Lifecycle:
     """One server lifetime: loading phases (port closed), then uvicorn, warm-up and serving."""
 
     def __init__(self, resolved: Resolved, profile: Profile, sim: SimOptions, launcher: logging.Logger,
@@ -122,7 +122,7 @@ class Launch:
             )
             self.timings["load_weight"] += elapsed
         if self.config.adaptive is not None:
-            self.log.info(adaptive.initialized_line(self.config.adaptive))
+            self.log.info(adaptive_controller.initialized_line(self.config.adaptive))
 
     async def allocate(self) -> None:
         plan, prof = self.plan, self.profile

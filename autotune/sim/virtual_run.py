@@ -49,7 +49,7 @@ class Length:
 
 FULL = Length()
 QUICK = Length(single_requests=300, window_turns=10)
-_QUIET = logging.getLogger("autotune.sim.truth")
+_QUIET = logging.getLogger("autotune.sim.virtual_run")
 _QUIET.addHandler(logging.NullHandler())
 _QUIET.propagate = False
 

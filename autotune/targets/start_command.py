@@ -22,7 +22,7 @@ def is_secret(name: str, value: str) -> bool:
 
 
 @dataclass(frozen=True)
-class Launch:
+class StartCommand:
     """A server start as a target runs it."""
 
     #: the command line, without its secret flags unless the engine reads them there only (``kept``)
@@ -49,7 +49,7 @@ class Launch:
         return {k: v for k, v in self.env.items() if is_secret(k, v) or v in self.secrets}
 
 
-def prepare(engine: Engine | None, argv: list[str], env: Mapping[str, str]) -> Launch:
+def prepare(engine: Engine | None, argv: list[str], env: Mapping[str, str]) -> StartCommand:
     """``argv`` and ``env`` as ``engine`` can take them with no secret on the command line (None: an engine this
     target was not told, so nothing moves)."""
     values = [f.value for f in flags_with_values(argv, is_secret)]
@@ -59,10 +59,10 @@ def prepare(engine: Engine | None, argv: list[str], env: Mapping[str, str]) -> L
     else:
         off = engine.hide_secrets(argv, is_secret)
     secrets = tuple(dict.fromkeys(v for v in [*values, *off.env.values()] if v))
-    return Launch(off.argv, {**env, **off.env}, off.file, secrets, off.kept)
+    return StartCommand(off.argv, {**env, **off.env}, off.file, secrets, off.kept)
 
 
-def kept_warning(launch: Launch, where: str) -> str:
+def kept_warning(launch: StartCommand, where: str) -> str:
     """The warning for secret flags left on the command line of a server on ``where``."""
     flags = ", ".join(f"--{k}" for k in launch.kept)
     return (f"the server's command line holds {flags} (the engine reads {'it' if len(launch.kept) == 1 else 'them'} "

@@ -1,10 +1,10 @@
 """The truth for a study on the emulator (``autotune sim surface --study``): for every distinct config of its space,
 what a perfect client would measure with the study's own workload (prompts, max_tokens, concurrency levels), at the
-study's --sim-speedup, from the emulator's own scheduler on a virtual clock (autotune/sim/truth.py). Measurements
+study's --sim-speedup, from the emulator's own scheduler on a virtual clock (autotune/sim/virtual_run.py). Measurements
 are checked against it, and the benches' surrogate (trial/surrogate.py) adds noise to it instead of launching.
 
 For a capacity study (objective "capacity") every config's row also states its capacity within the study's SLO:
-every ladder level's steady state on the virtual clock (sim/truth.py's closed loop, its TTFT and emission gaps per
+every ladder level's steady state on the virtual clock (sim/virtual_run.py's closed loop, its TTFT and emission gaps per
 request), from the lowest up to the first that breaks the SLO, then every whole load between the highest that met
 it and that one, halved down to a single step: the highest load that meets the SLO, its throughput and p99s."""
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Any
 
 from autotune.errors import UserError
 from autotune.plan import Plan
-from autotune.sim import truth
+from autotune.sim import virtual_run
 from autotune.sim.args import build_parser
 from autotune.sim.profile import load_profile
 from autotune.sim.openai_api import TEMPLATE_TOKENS_PER_MESSAGE, TEMPLATE_TOKENS_REPLY
@@ -47,11 +47,11 @@ def is_emulator(command: list[str]) -> bool:
     return bool(command) and (Path(command[0]).name == "autotune-sim" or "autotune.sim" in command[1:3])
 
 
-def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]:
+def study_surface(plan: Plan, runs: virtual_run.Length = virtual_run.FULL) -> dict[str, Any]:
     """The truth for the study's workload, for every distinct config of its space (the baseline first), as the JSON
-    document `autotune sim surface --study --json` prints; ``runs``: how long the virtual runs are (truth.QUICK for
-    benches over many hosts). Raises ``UserError`` for a study that does not run the emulator or whose space is too
-    large to survey."""
+    document `autotune sim surface --study --json` prints; ``runs``: how long the virtual runs are
+    (virtual_run.QUICK for benches over many hosts). Raises ``UserError`` for a study that does not run the emulator
+    or whose space is too large to survey."""
     spec, w = plan.spec, plan.spec.workload
     if spec.engine.kind != "sglang" or not is_emulator(spec.engine.command):
         raise UserError(f"{spec.path}: the study's server is not the emulator ({' '.join(spec.engine.command)}); "
@@ -70,13 +70,13 @@ def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]
     jobs = (argvs, [lengths] * n, [w.max_tokens] * n, [levels] * n, [w.temperature] * n, [0] * n, [runs] * n)
     if len(argvs) > PARALLEL_FROM:
         with ProcessPoolExecutor(max_workers=os.cpu_count() or 1) as pool:
-            found = list(pool.map(truth.figures, *jobs, chunksize=4))
+            found = list(pool.map(virtual_run.figures, *jobs, chunksize=4))
     else:
-        found = list(map(truth.figures, *jobs))
+        found = list(map(virtual_run.figures, *jobs))
     slo = spec.constraints.slo if spec.objective == "capacity" else None
     capacities: list[dict[str, Any] | None] = [None] * n
     if slo is not None:
-        speedup = truth.server(first)[2]
+        speedup = virtual_run.server(first)[2]
         fitting = [i for i, fig in enumerate(found) if fig.fits]
         cap_jobs = ([argvs[i] for i in fitting], [lengths] * len(fitting), [w.max_tokens] * len(fitting),
                     [sorted(set(w.concurrency))] * len(fitting), [w.temperature] * len(fitting),
@@ -101,12 +101,12 @@ def study_surface(plan: Plan, runs: truth.Length = truth.FULL) -> dict[str, Any]
             "fits": fig.fits,
             **({"capacity": cap} if slo is not None else {}),
         })
-    return {"study": spec.name, "speedup": truth.server(first)[2], "max_tokens": w.max_tokens,
+    return {"study": spec.name, "speedup": virtual_run.server(first)[2], "max_tokens": w.max_tokens,
             "prompt_tokens_mean": round(sum(a.prompt_tokens for a in lengths) / len(lengths), 1),
             "concurrency": levels, "configs": rows}
 
 
-def asks(plan: Plan, vocab: int) -> list[truth.Ask]:
+def asks(plan: Plan, vocab: int) -> list[virtual_run.Ask]:
     """The study's requests as the emulator sees them: prompt tokens (with its chat template's), sizes, categories
     (told from the words, as the emulator tells them), sampling and ends."""
     w = plan.spec.workload
@@ -118,23 +118,23 @@ def asks(plan: Plan, vocab: int) -> list[truth.Ask]:
             instruction = next((text for role, text in reversed(r.messages) if role == "user"), "")
         else:
             tokens, instruction = len(encode(r.text, vocab)), r.text
-        out.append(truth.Ask(prompt_tokens=max(1, tokens), max_tokens=r.output_tokens(w.max_tokens),
+        out.append(virtual_run.Ask(prompt_tokens=max(1, tokens), max_tokens=r.output_tokens(w.max_tokens),
                              category=category_of(instruction), chat=r.chat,
                              temperature=w.temperature if r.temperature is None else r.temperature,
                              ignore_eos=w.forced_length))
     return out
 
 
-def capacity_truth(argv: list[str], prompt_lengths: truth.Workload, max_tokens: int, ladder: list[int],
+def capacity_truth(argv: list[str], prompt_lengths: virtual_run.Workload, max_tokens: int, ladder: list[int],
                    temperature: float, slo: tuple[float | None, float | None], speedup: float,
-                   runs: truth.Length = truth.FULL) -> dict[str, Any]:
+                   runs: virtual_run.Length = virtual_run.FULL) -> dict[str, Any]:
     """One config's capacity within ``slo`` (TTFT p99, ITL p99 in ms; None: unbounded) from the emulator's virtual
     runs: the highest load that meets it (None: not even 1), its tok/s and p99s, and every load worked out."""
     curve: dict[int, dict[str, Any]] = {}
 
     def meets(c: int) -> bool:
         if c not in curve:
-            run = truth.load(argv, prompt_lengths, max_tokens, c, temperature, runs=runs)
+            run = virtual_run.load(argv, prompt_lengths, max_tokens, c, temperature, runs=runs)
             ttft, itl = _p99(run.ttft) * 1000 / speedup, _p99(run.itl) * 1000 / speedup
             curve[c] = {"concurrency": c, "output_tok_s": round(run.tok_s * speedup, 2), "ttft_ms_p99": round(ttft, 3),
                         "itl_ms_p99": round(itl, 3),

@@ -26,7 +26,7 @@ from typing import IO
 
 from autotune import redact
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import holder_description, state_dir
+from autotune.targets.lock_holder import holder_description, state_dir
 from autotune.targets.base import Deployment, Target, TargetSpec
 from autotune.targets.completed import MAX_OUTPUT, Completed
 from autotune.targets.local_lock import HostLock

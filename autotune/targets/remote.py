@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import holder_description
+from autotune.targets.lock_holder import holder_description
 from autotune.targets.base import Target
 from autotune.targets.completed import MAX_OUTPUT
 from autotune.targets.forward import LocalForward

@@ -45,7 +45,7 @@ from typing import Any
 
 from autotune import redact
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import state_dir
+from autotune.targets.lock_holder import state_dir
 from autotune.tables import PLAIN_TOKEN, Reader
 from autotune.targets.logfollow import LogFollower
 from autotune.targets.base import Deployment

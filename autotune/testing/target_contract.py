@@ -22,7 +22,7 @@ import httpx
 import pytest
 
 from autotune.engines import SGLang
-from autotune.health import wait_ready
+from autotune.run.health import wait_ready
 from autotune.targets import KINDS, Target
 
 #: seconds a deployed emulator may take to answer ready

@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from autotune.engines.sglang import SGLang
-from autotune.study import read_study_file
+from autotune.studyfile.spec import read_study_file
 from autotune.targets.process import ProcessTarget
 from autotune.testing.ports import free_port
 from autotune.testing.sshd import SSHServer

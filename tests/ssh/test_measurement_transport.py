@@ -14,10 +14,10 @@ from autotune.bench.measure import Bench
 from autotune.bench.workload import load_prompts
 from autotune.engines import get_engine
 from autotune.errors import TrialFailure
-from autotune.health import wait_ready
-from autotune.plan import make_plan
+from autotune.run.health import wait_ready
+from autotune.run.plan import make_plan
 from autotune.sim.traffic import category_of
-from autotune.study import WorkloadSpec, read_study_file
+from autotune.studyfile.spec import WorkloadSpec, read_study_file
 from autotune.targets.process import ProcessTarget
 from autotune.testing.studies import one_config_space, write_study
 from tests.support.ssh import SpecFactory

@@ -19,8 +19,8 @@ import yaml
 from autotune.engines.llamacpp import LlamaCpp
 from autotune.engines.secret_args import OffCommandLine
 from autotune.engines.sglang import SGLang
-from autotune.health import wait_ready
-from autotune.study import read_study_file
+from autotune.run.health import wait_ready
+from autotune.studyfile.spec import read_study_file
 from autotune.targets.start_command import is_secret
 from autotune.targets.local import LocalSpec, LocalTarget
 from autotune.targets.process import ProcessTarget

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.engines.sglang import SGLang
 from autotune.errors import UserError
-from autotune.health import wait_ready
+from autotune.run.health import wait_ready
 from autotune.targets.process import ProcessTarget
 from autotune.targets.programs import hostlock
 from autotune.targets.ssh import DEFAULT_WORKDIR

@@ -1,6 +1,6 @@
 """One real study of the tuner's whole search, shared by the tests that read a default study end to end
-(tests/test_run.py), its dependent ranges (tests/test_dependent_ranges.py) and the search's own moves
-(tests/test_search.py): `autotune run` of LAUNCHES launches on the emulator over SGLang's whole speculative space
+(tests/run/test_run.py), its dependent ranges (tests/studyfile/test_dependent_ranges.py) and the search's own moves
+(tests/search/test_search.py): `autotune run` of LAUNCHES launches on the emulator over SGLang's whole speculative space
 (the engine's starting points, the search model's picks, confirmations at the end). Run once per test
 session, on first use; `autotune best` and `status` only read it, and a test that runs it again works on a copy."""
 from __future__ import annotations

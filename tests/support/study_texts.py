@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.engines import get_engine
-from autotune.space import Space
-from autotune.study import read_study_file
+from autotune.studyfile.space import Space
+from autotune.studyfile.spec import read_study_file
 
 STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
 

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import optuna
 
-from autotune import queue
-from autotune.plan import Plan
-from autotune.pruning import make_pruner
+from autotune.run import queue
+from autotune.run.plan import Plan
+from autotune.run.pruning import make_pruner
 from autotune.search import make_sampler
-from autotune.trial import Launch, Objective, run_trials
-from autotune.trial.surrogate import Noise, SurrogateLaunch
-from autotune.study_truth import ConfigTruth
+from autotune.run.trial import Launch, Objective, run_trials
+from autotune.run.trial.surrogate import Noise, SurrogateLaunch
+from autotune.run.study_truth import ConfigTruth
 
 #: steps 1-6, topk 1-8 and up to 16 draft tokens: trees of every width, small enough to enumerate
 SPACE = """

@@ -7,9 +7,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from autotune.plan import Plan, make_plan
-from autotune.study import read_study_file
-from autotune.study_truth import study_surface
+from autotune.run.plan import Plan, make_plan
+from autotune.studyfile.spec import read_study_file
+from autotune.run.study_truth import study_surface
 
 _found: dict[str, dict[str, Any]] = {}
 

@@ -17,8 +17,8 @@ from autotune.errors import UserError
 if TYPE_CHECKING:
     import optuna
 
-    from autotune.plan import Plan
-    from autotune.study import StudySpec
+    from autotune.run.plan import Plan
+    from autotune.studyfile.spec import StudySpec
 
 STUDY = click.option("--study", "study_name", required=True, metavar="NAME",
                      help="A study name under ./studies, or a path to a study .toml file.")
@@ -27,7 +27,7 @@ def _storage(ctx: click.Context, param: click.Parameter, value: str | None) -> s
     if value is None:
         return None
     from autotune.redact import remember_url_password
-    from autotune.study import resolve_storage
+    from autotune.studyfile.spec import resolve_storage
 
     remember_url_password(value)
     try:
@@ -69,21 +69,21 @@ def _with_processes(spec: StudySpec, processes: int | None) -> StudySpec:
     return dataclasses.replace(spec, workload=dataclasses.replace(spec.workload, processes=processes))
 
 
-def _plan(study_name: str, target: str | None = None, trials: int | None = None,
+def _plan(study_name: str, target: str | None = None, launches: int | None = None,
           processes: int | None = None) -> Plan:
-    """The study file checked offline for one target (see autotune.plan)."""
-    from autotune.plan import make_plan
-    from autotune.study import load_study
+    """The study file checked offline for one target (see autotune.run.plan)."""
+    from autotune.run.plan import make_plan
+    from autotune.studyfile.spec import read_study_file
 
-    return make_plan(_with_processes(load_study(study_name), processes), target, trials)
+    return make_plan(_with_processes(read_study_file(study_name), processes), target, launches)
 
 
 def _study(study_name: str, storage: str | None) -> tuple[StudySpec, optuna.Study]:
     """The study file and the study as stored, for commands that only read it."""
-    from autotune.storage import load_existing_study
-    from autotune.study import load_study
+    from autotune.record.storage import load_existing_study
+    from autotune.studyfile.spec import read_study_file
 
-    spec = load_study(study_name)
+    spec = read_study_file(study_name)
     return spec, load_existing_study(spec.name, storage or spec.storage)
 
 
@@ -99,7 +99,7 @@ def cli() -> None:
 
 @cli.command()
 @STUDY
-@click.option("--launches", "--trials", "trials", type=click.IntRange(min=1), default=None,
+@click.option("--launches", "--trials", "launches", type=click.IntRange(min=1), default=None,
               help="Budget: servers started, counted across restarts (a reused or rejected config costs none).")
 @click.option("--timeout", type=SECONDS, default=None, metavar="SECONDS",
               help="Start no trial after this many seconds.")
@@ -113,21 +113,21 @@ def cli() -> None:
 @PROCESSES
 @click.option("--forget-host-answers", is_flag=True,
               help="Ask the engine on the target about every config again (a host's answers are kept in the study).")
-def run(study_name: str, trials: int | None, timeout: float | None, until: str | None, storage: str | None,
+def run(study_name: str, launches: int | None, timeout: float | None, until: str | None, storage: str | None,
         target_name: str | None, all_targets: bool, no_restore: bool, warm_start: str | None,
         processes: int | None, forget_host_answers: bool) -> None:
     """Create or resume the study and tune until its budget or deadline."""
-    from autotune.plan import make_plan
-    from autotune.study import load_study
-    from autotune.tuner import RunOptions, Tuner
-    from autotune.workers import run_all_targets
+    from autotune.run.plan import make_plan
+    from autotune.studyfile.spec import read_study_file
+    from autotune.run.tuner import RunOptions, Tuner
+    from autotune.run.workers import run_all_targets
 
-    options = RunOptions(trials=trials, timeout=timeout, until=until, storage=storage, target=target_name,
+    options = RunOptions(launches=launches, timeout=timeout, until=until, storage=storage, target=target_name,
                          restore=not no_restore, warm_start=warm_start, processes=processes,
                          forget_host_answers=forget_host_answers)
-    spec = _with_processes(load_study(study_name), processes)
+    spec = _with_processes(read_study_file(study_name), processes)
     if not all_targets:
-        summary = Tuner(make_plan(spec, target_name, trials), options).run()
+        summary = Tuner(make_plan(spec, target_name, launches), options).run()
         _next_steps(study_name)
         if summary.exit_status:
             sys.exit(summary.exit_status)
@@ -135,7 +135,7 @@ def run(study_name: str, trials: int | None, timeout: float | None, until: str |
     if target_name is not None:
         raise UserError("--all-targets and --target exclude each other")
     for name in spec.targets:  # every worker's input is checked before any starts
-        make_plan(spec, name, trials)
+        make_plan(spec, name, launches)
     status = run_all_targets(spec, options.flags())
     _next_steps(study_name)
     sys.exit(status)
@@ -153,15 +153,15 @@ def _next_steps(study_name: str) -> None:
 @STUDY
 def validate(study_name: str) -> None:
     """Check the study file and its space offline; deploys nothing."""
-    from autotune.plan import make_plan
-    from autotune.study import load_study
+    from autotune.run.plan import make_plan
+    from autotune.studyfile.spec import read_study_file
 
-    spec = load_study(study_name)
+    spec = read_study_file(study_name)
     plans = [make_plan(spec, name) for name in spec.targets]
     plan = plans[0]
     click.echo(f"{spec.path}: ok: {len(spec.space)} parameters, "
                f"{'at least ' if plan.at_least else ''}{plan.valid_configs} distinct valid configs, "
-               f"a budget of {spec.trials} launches, sampler {spec.sampler}, objective {spec.objective}, "
+               f"a budget of {spec.launches} launches, sampler {spec.sampler}, objective {spec.objective}, "
                f"targets {', '.join(f'{t.name} ({t.kind})' for t in spec.targets.values())}, "
                f"{len(plan.prompts)} {'requests' if spec.workload.dataset else 'prompts'}")
     for params in plan.opening:
@@ -173,11 +173,11 @@ def validate(study_name: str) -> None:
 @JSON
 def workload(study_name: str, as_json: bool) -> None:
     """What the study will send, before any launch: requests, lengths, sampling, categories, each level's share."""
-    from autotune.plan import make_plan
-    from autotune.study import load_study
-    from autotune.workload_view import describe, text
+    from autotune.run.plan import make_plan
+    from autotune.studyfile.spec import read_study_file
+    from autotune.bench.workload_view import describe, text
 
-    spec = load_study(study_name)
+    spec = read_study_file(study_name)
     plan = make_plan(spec, next(iter(spec.targets)))
     view = describe(spec, plan.prompts)
     if as_json:
@@ -192,14 +192,15 @@ def workload(study_name: str, as_json: bool) -> None:
 @JSON
 def status(study_name: str, storage: str | None, as_json: bool) -> None:
     """Every trial: number, state, whether it launched a server, params, metrics, failure reason."""
-    from autotune import record, results
+    from autotune import record
+    from autotune.results import tally
 
     spec, study = _study(study_name, storage)
     trials = study.get_trials(deepcopy=False)
     recs = record.records(trials)
-    launches = len(results.launches(trials))
+    launches = len(tally.launches(trials))
     if as_json:
-        _print_json({"study": spec.name, "budget": spec.trials, "launches": launches,
+        _print_json({"study": spec.name, "budget": spec.launches, "launches": launches,
                      "trials": [r.as_row() for r in recs]})
         return
     for r in recs:
@@ -214,7 +215,7 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
                          if x)
         click.echo(f"{r.number:>4} {r.state.name:<8} {'launch' if r.launched else '-':<6} {r.values_text():>10}  "
                    f"{params}  {tail}")
-    click.echo(f"{launches} of {spec.trials} launches in {len(recs)} trials")
+    click.echo(f"{launches} of {spec.launches} launches in {len(recs)} trials")
 
 
 @cli.command()
@@ -230,7 +231,7 @@ def status(study_name: str, storage: str | None, as_json: bool) -> None:
               help="The best config at each measured concurrency level (from the trials already run).")
 def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, per_concurrency: bool) -> None:
     """The best feasible trial: params, metrics and the full server command line."""
-    from autotune import best as forms
+    from autotune.results import best as forms
 
     if fmt == "sglang-adaptive" and (as_json or per_concurrency):
         raise click.UsageError("--format sglang-adaptive prints the schedule file: no --json or --per-concurrency")
@@ -277,13 +278,13 @@ def best(study_name: str, storage: str | None, fmt: str | None, as_json: bool, p
 def _print_adaptive_schedule(spec: StudySpec, study: optuna.Study) -> None:
     import shlex
 
-    from autotune import adaptive
+    from autotune.results import adaptive_schedule
     from autotune.engines import get_engine
 
     engine = get_engine(spec.engine.kind)
-    schedule = adaptive.build(study, engine, spec.workload.tolerance)
+    schedule = adaptive_schedule.build(study, engine, spec.workload.tolerance)
     _print_json(schedule.document)
-    for line in adaptive.summary(schedule, lambda args: shlex.join(engine.render(spec.engine.command, args))):
+    for line in adaptive_schedule.summary(schedule, lambda args: shlex.join(engine.render(spec.engine.command, args))):
         click.echo(line, err=True)
 
 
@@ -313,7 +314,7 @@ def report_cmd(study_name: str, storage: str | None, out_dir: Path) -> None:
 def check(study_name: str, storage: str | None, target_name: str | None, as_json: bool) -> None:
     """Measure the server as deployed now against the study's record of its config. Exit 0: within the recorded
     interval (or faster); 1: slower beyond it; 2: the server runs a config the study does not know."""
-    from autotune import commands
+    from autotune.run import commands
 
     plan = _plan(study_name, target_name)
     result = commands.check(plan, storage or plan.spec.storage)
@@ -351,10 +352,10 @@ def dashboard(study_name: str, storage: str | None, host: str, port: int, allow_
     \b
         ssh -L 8080:127.0.0.1:8080 HOST
     """
-    from autotune import dashboard as dash
-    from autotune.study import load_study
+    from autotune.record import dashboard as dash
+    from autotune.studyfile.spec import read_study_file
 
-    spec = load_study(study_name)
+    spec = read_study_file(study_name)
     board = dash.prepare(spec.name, spec.directory, storage or spec.storage, host, port, allow_remote)
     click.echo(board.banner())
     board.serve()
@@ -367,7 +368,7 @@ def dashboard(study_name: str, storage: str | None, host: str, port: int, allow_
 @PROCESSES
 def bench(study_name: str, target_name: str | None, as_json: bool, processes: int | None) -> None:
     """Measure the server deployed now with the study's workload; deploys nothing."""
-    from autotune import commands
+    from autotune.run import commands
     from autotune.record import figures_text
 
     result = commands.bench(_plan(study_name, target_name, processes=processes))
@@ -385,7 +386,7 @@ def bench(study_name: str, target_name: str | None, as_json: bool, processes: in
 @TARGET
 def apply(study_name: str, number: int | None, storage: str | None, target_name: str | None) -> None:
     """Deploy the best (or a chosen) trial's config and wait until it is healthy."""
-    from autotune import commands
+    from autotune.run import commands
 
     plan = _plan(study_name, target_name)
     t = commands.apply(plan, storage or plan.spec.storage, number)
@@ -398,7 +399,7 @@ def apply(study_name: str, number: int | None, storage: str | None, target_name:
 @TARGET
 def restore(study_name: str, storage: str | None, target_name: str | None) -> None:
     """Put back the server as it was before tuning and wait until it is healthy."""
-    from autotune import commands
+    from autotune.run import commands
 
     commands.restore(_plan(study_name, target_name))
     click.echo("restored")
@@ -424,7 +425,7 @@ def sim_surface(profile: str | None, study_name: str | None, concurrency: int, s
     or (--study) what a perfect client would measure with the study's workload."""
     from autotune.sim.profile import ProfileError
     from autotune.sim.surface import SpaceError, format_table, parse_space, surface
-    from autotune.truth import format_study_table, study_surface
+    from autotune.run.study_truth import format_study_table, study_surface
 
     try:
         if study_name is not None:

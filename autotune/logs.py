@@ -41,7 +41,7 @@ def setup(log_file: Path | None, stream: object = None) -> logging.Logger:
 
 
 class _FileHandler(logging.FileHandler):
-    """The study's log file, opened without following a link (study_paths.py refuses one; a link planted after that
+    """The study's log file, opened without following a link (studyfile/paths.py refuses one; a link planted after that
     check fails the open); a line the file will not take (a full disk) is dropped, not a traceback on stderr: the
     same line went to stdout, and the command that cannot write its database ends with one line of its own."""
 

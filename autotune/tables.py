@@ -1,6 +1,6 @@
 """Typed reads from the TOML tables of a study file, failing with one line: 'FILE: [table] key: what is allowed'.
 
-Shared by the study file's own tables (study.py) and the option tables each target kind declares (targets/).
+Shared by the study file's own tables (studyfile/spec.py) and the option tables each target kind declares (targets/).
 """
 from __future__ import annotations
 

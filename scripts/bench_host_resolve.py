@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 from autotune.engines.sglang import SGLang
-from autotune.hostresolve import PROGRAM, TIMEOUT
+from autotune.run.hostresolve import PROGRAM, TIMEOUT
 from autotune.targets.local import LocalSpec, LocalTarget
 from autotune.testing.sglang_oracle import OracleMissing, model_dir, oracle_python
 

@@ -4,7 +4,7 @@
 1. What a request costs the client (default; --no-cost skips it): one closed loop at concurrency 32 against the
    emulator at x16, for each way of streaming a request in one process: the client autotune had before (httpx, a
    timer per line, every event parsed as JSON), httpx without those, aiohttp (when installed), plain asyncio streams,
-   and autotune's load generator (asyncio protocols, programs/loadgen.py). Printed: the events (streamed chunks) one
+   and autotune's load generator (asyncio protocols, bench/loadgen.py). Printed: the events (streamed chunks) one
    process handles per second of its CPU, the client's CPU share and the events it received per wall second.
 
 2. The way to the server (default; --no-transports skips it): for a few configs at emulator speedups (--speedups,
@@ -43,18 +43,18 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from autotune.bench.generator import template  # noqa: E402
-from autotune.targets.measuring import local  # noqa: E402
+from autotune.bench.measuring import local  # noqa: E402
 from autotune.bench.measure import Bench  # noqa: E402
 from autotune.bench.workload import PromptStream, load_prompts  # noqa: E402
 from autotune.engines import get_engine  # noqa: E402
 from autotune.errors import TrialFailure  # noqa: E402
-from autotune.health import wait_ready  # noqa: E402
-from autotune.plan import make_plan  # noqa: E402
-from autotune.truth import study_surface  # noqa: E402
-from autotune.study import WorkloadSpec, load_study  # noqa: E402
-from autotune.targets import measuring  # noqa: E402
+from autotune.run.health import wait_ready  # noqa: E402
+from autotune.run.plan import make_plan  # noqa: E402
+from autotune.run.study_truth import study_surface  # noqa: E402
+from autotune.studyfile.spec import WorkloadSpec, read_study_file  # noqa: E402
+from autotune.bench import measuring  # noqa: E402
 from autotune.targets.process import ProcessSpec, ProcessTarget  # noqa: E402
-from autotune.targets.programs import loadgen  # noqa: E402
+from autotune.bench import loadgen  # noqa: E402
 from autotune.testing.ports import free_port  # noqa: E402
 from autotune.testing.server_count import ServerCount  # noqa: E402
 from autotune.testing.sshd import SSHServer  # noqa: E402
@@ -157,7 +157,7 @@ async def asyncio_streams(url: str) -> tuple[OneRequest, Callable[[], Awaitable[
 
 
 async def autotune_protocol(url: str) -> tuple[OneRequest, Callable[[], Awaitable[None]]]:
-    """autotune's load generator: asyncio protocols, HTTP and events framed by hand (programs/loadgen.py)."""
+    """autotune's load generator: asyncio protocols, HTTP and events framed by hand (bench/loadgen.py)."""
     where = local(url)
     client = loadgen.Client(asyncio.get_running_loop(), {
         "host": where.host, "port": where.port, "path": "/generate", "tokens_key": "completion_tokens",
@@ -293,7 +293,7 @@ def transports(work: Path, server: SSHServer, speedups: list[int], processes: li
                 space="".join(f'[space.{n}]\ntype = "categorical"\nchoices = [{v}]\n' for n, v in zip(
                     ("speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"), config,
                     strict=True)))
-            plan = make_plan(load_study(str(study)))
+            plan = make_plan(read_study_file(str(study)))
             truth = study_surface(plan)["configs"][0]["level_tok_s"][str(CONCURRENCY)]
             spec = ProcessSpec(name="bench", host=server.host, port=server.port, user="root",
                                key_file=str(server.user_key), known_hosts=str(server.known_hosts),
@@ -340,7 +340,7 @@ def pruning(work: Path, trials: int) -> None:
     results = {}
     for pruned in (True, False):
         name = "pruned" if pruned else "unpruned"
-        study = write_study(work, name, trials=trials, seed=11,
+        study = write_study(work, name, launches=trials, seed=11,
                             workload="max_tokens = 128\nconcurrency = [1, 8, 32]\nrequests = 32\nwarmup = 1\n"
                                      "window_generations = 1\ntolerance = 0.1",
                             args={"sim-time-scale": 0.01, "sim-speedup": 8})

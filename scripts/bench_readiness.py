@@ -32,7 +32,7 @@ sys.path.insert(0, str(REPO))
 
 from autotune.engines import get_engine
 from autotune.errors import TrialFailure
-from autotune.health import wait_ready
+from autotune.run.health import wait_ready
 from autotune.targets.local import LocalSpec, LocalTarget
 from autotune.testing.ports import free_port
 from autotune.testing.studies import write_study
@@ -105,7 +105,7 @@ def fatal_latency(workdir: Path, interval: float, fault: list[str]) -> tuple[flo
 
 
 def tuner_overhead(workdir: Path, trials: int) -> tuple[list[float], list[float]]:
-    study = write_study(workdir, "overhead", trials=trials, workload="max_tokens = 32\nconcurrency = [1, 4]\n"
+    study = write_study(workdir, "overhead", launches=trials, workload="max_tokens = 32\nconcurrency = [1, 4]\n"
                         "requests = 4\nwindow_generations = 1\nwarmup = 1\ntolerance = 0.5",
                         health="interval = 0.5\ntimeout = 60")
     env = {**os.environ, "XDG_STATE_HOME": str(workdir / "state")}

@@ -26,11 +26,11 @@ against the truth for its config, how often each figure's 95% interval held the 
 because the client fell behind.
 
 --surrogate runs the same study files in-process instead, through the product's own trial: the same queue, search,
-admission, decisions, pruning, scoring and pooled pick (autotune.trial.Objective), with autotune.trial.surrogate's
-launch standing in for a server: the truth plus Gaussian noise (each launch's single-stream figure off by sd 1%
-(0.5% with --requests 128), its concurrent figure by sd 1.7% (2.5% with --generations 1), as the real runs'
-launches against the truth show; each config by a fixed bias of sd 0.5%). It screens setups over many seeds in
-seconds; it is not the evidence.
+admission, decisions, pruning, scoring and pooled pick (autotune.run.trial.Objective), with
+autotune.run.trial.surrogate's launch standing in for a server: the truth plus Gaussian noise (each launch's
+single-stream figure off by sd 1% (0.5% with --requests 128), its concurrent figure by sd 1.7% (2.5% with --generations
+1), as the real runs' launches against the truth show; each config by a fixed bias of sd 0.5%). It screens setups over
+many seeds in seconds; it is not the evidence.
 
 Random hosts: --random N draws N seeds from the clock (printed, and kept in OUT/hosts.txt) for `autotune sim profile
 --random SEED --family F` (each family of --families: closed, tree, tight), writes each host's profile to OUT/hosts/,
@@ -45,7 +45,7 @@ Usage: python scripts/bench_sample_efficiency.py [--profiles qwen122b,llama8b,..
            [--setups default,...] [--seeds 10 | --seeds 3-9] [--cap 15] [--parallel 1] [--out DIR] [--surrogate]
            [--report] [--requests 32] [--generations 4] [--random N | --random-seeds S1,S2,...] [--closed]
            [--truth-only]
-Results go to DIR/emulator/results.jsonl (DIR/surrogate/ with --surrogate; a name such as emulator-r128-g1 for other
+Results go to DIR/emulator/tally.jsonl (DIR/surrogate/ with --surrogate; a name such as emulator-r128-g1 for other
 --requests or --generations), one line per study; a run skips the studies already there, so it can be resumed
 or extended, and the table is printed from everything in the file that matches the selection (--report prints it
 without running the missing studies).
@@ -76,11 +76,11 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import FrozenTrial  # noqa: E402
 
-from autotune import queue, results  # noqa: E402
-from autotune.budget import admit  # noqa: E402
-from autotune.plan import make_plan  # noqa: E402
+from autotune.run import queue  # noqa: E402
+from autotune.results import tally  # noqa: E402
+from autotune.run.plan import make_plan  # noqa: E402
 from autotune.record import TrialRecord  # noqa: E402
-from autotune.pruning import make_pruner  # noqa: E402
+from autotune.run.pruning import make_pruner  # noqa: E402
 from autotune.search import SearchSettings, make_sampler  # noqa: E402
 from autotune.sim import model as sim_model  # noqa: E402
 from autotune.sim.profile import load_profile  # noqa: E402
@@ -88,12 +88,12 @@ from autotune.sim.random_profile import FAMILIES, draw  # noqa: E402
 from autotune.engines.sglang import SGLang  # noqa: E402
 from autotune.errors import InvalidConfig  # noqa: E402
 from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface  # noqa: E402
-from autotune.storage import load_existing_study  # noqa: E402
-from autotune.study import load_study  # noqa: E402
-from autotune.trial import Objective  # noqa: E402
-from autotune.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
-from autotune.sim.truth import FULL, QUICK  # noqa: E402
-from autotune.truth import by_key, study_surface  # noqa: E402
+from autotune.record.storage import load_existing_study  # noqa: E402
+from autotune.studyfile.spec import read_study_file  # noqa: E402
+from autotune.run.trial import Objective, run_trials  # noqa: E402
+from autotune.run.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
+from autotune.sim.virtual_run import FULL, QUICK  # noqa: E402
+from autotune.run.study_truth import by_key, study_surface  # noqa: E402
 from autotune.testing.ports import free_port  # noqa: E402
 from autotune.testing.studies import SPEC_SPACE  # noqa: E402
 
@@ -286,8 +286,8 @@ def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
     """The truth for the bench's workload on ``profile``: `autotune sim surface --study` for its study file (the
     emulator's own scheduler driven by a perfect client with the same prompts, max_tokens and levels, noise off),
     for every config of the space; computed once per profile and speedup and kept in OUT/truth/ (it takes minutes; a
-    random host's with the shorter virtual runs of autotune.sim.truth.QUICK, which settle to about 0.5%, three times
-    sooner). ``closed``: the emulator's closed form instead (autotune.sim.surface, for the builtin prompts' mean
+    random host's with the shorter virtual runs of autotune.sim.virtual_run.QUICK, which settle to about 0.5%, three
+    times sooner). ``closed``: the emulator's closed form instead (autotune.sim.surface, for the builtin prompts' mean
     length and the bench's max_tokens; a fraction of a second), to screen designs on many hosts; never the final
     tables'."""
     quick = profile.startswith("random-")
@@ -298,7 +298,7 @@ def truth_of(profile: str, out: Path, closed: bool = False) -> Truth:
         path = write_study(cache.parent, profile, "weighted", "default", 0, 15)
         # the same server under its own name (the studies run it under another: see EMULATOR)
         path.write_text(re.sub(r"(?m)^command = .*$", 'command = ["autotune-sim"]', path.read_text()))
-        plan = make_plan(load_study(str(path)))
+        plan = make_plan(read_study_file(str(path)))
         document = closed_surface(profile, plan) if closed else study_surface(plan, QUICK if quick else FULL)
         tmp = cache.with_suffix(".tmp")
         tmp.write_text(json.dumps(document))
@@ -351,15 +351,15 @@ def pick_value(mode: str, truth: Truth, study: optuna.Study, trials: list[Frozen
     """The true value of the config the tuner would pick from ``trials`` by ``rule`` (PICKS), relative to the
     optimum; for pareto the measured front's hypervolume relative to the true one."""
     if mode == "pareto":
-        measured = [t for t in trials if results.feasible(t) and not TrialRecord.of(t).reused_from is not None]
+        measured = [t for t in trials if tally.feasible(t) and not TrialRecord.of(t).reused_from is not None]
         front = [t for t in measured if not any(o.values[0] >= t.values[0] and o.values[1] >= t.values[1] and
                                                  tuple(o.values) != tuple(t.values) for o in measured)]
         keys = [k for k in (config_of(t) for t in front) if k is not None]
         return truth.hypervolume(keys) / truth.true_front_hv() if keys else None
     if rule == "mean":
-        leader = results.top(results.estimates(study, trials))
+        leader = tally.top(tally.estimates(study, trials))
     else:
-        chosen = results.pick(study, trials, "cheaper" if rule == "cheaper" else "estimate")
+        chosen = tally.pick(study, trials, "cheaper" if rule == "cheaper" else "estimate")
         leader = None if chosen is None else chosen.estimate
     key = None if leader is None else config_of(trials_by_number(trials)[leader.trials[0]])
     return None if key is None else truth.value(mode, key) / truth.optimum(mode)
@@ -374,8 +374,8 @@ def progress(mode: str, truth: Truth, study: optuna.Study) -> dict[str, Any]:
     pick's share of the optimum after each launch, and trials since the last launch; the same for the other rules
     of PICKS (``_cheaper``, ``_mean``), and whether the last pick was a tie."""
     trials = study.get_trials(deepcopy=False)
-    finished = sorted((t for t in trials if t.state in results.FINISHED), key=lambda t: t.number)
-    again = results.retried(trials)  # an attempt cut short for the infrastructure's sake is not a launch
+    finished = sorted((t for t in trials if t.state in tally.FINISHED), key=lambda t: t.number)
+    again = tally.retried(trials)  # an attempt cut short for the infrastructure's sake is not a launch
     launches, since = 0, 0
     at: dict[str, int | None] = dict.fromkeys(PICKS)
     picks: dict[str, list[float | None]] = {rule: [] for rule in PICKS}
@@ -389,7 +389,7 @@ def progress(mode: str, truth: Truth, study: optuna.Study) -> dict[str, Any]:
             picks[rule].append(value)
             if at[rule] is None and value is not None and value >= TARGET:
                 at[rule] = launches
-    chosen = results.pick(study, finished) if mode != "pareto" else None
+    chosen = tally.pick(study, finished) if mode != "pareto" else None
     out = {"launches": launches, "reached_at": at["settled"], "trials": len(finished), "since_launch": since,
            "picks": picks["settled"], "tie": bool(chosen and chosen.tied)}
     for rule in PICKS[1:]:
@@ -518,11 +518,11 @@ def run_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: i
 def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: int, truth: Truth,
                     requests: int = REQUESTS, generations: int = GENERATIONS) -> dict[str, Any]:
     """The same study file run in-process through the product's own trial (its queue, admission, search,
-    decisions, pruning and scoring), with the truth plus noise (autotune.trial.surrogate) standing in for each
+    decisions, pruning and scoring), with the truth plus noise (autotune.run.trial.surrogate) standing in for each
     launch: every measurement off by a normal error (sd SINGLE_NOISE at ``requests``, CONCURRENT_NOISE at
     ``generations``) and each config by a fixed bias of its own (sd SURROGATE_BIAS)."""
     path = write_study(work, profile, mode, setup, seed, cap, requests, generations)
-    spec = load_study(str(path))
+    spec = read_study_file(str(path))
     plan = replace(make_plan(spec), search=SearchSettings(**SETUPS[setup].get("_search", {})))
     noise = Noise(single=SINGLE_NOISE[requests], concurrent=CONCURRENT_NOISE[generations], bias=SURROGATE_BIAS)
     # the same noise for every setup (common random numbers): setups differ by what they do, not by their luck
@@ -533,14 +533,12 @@ def surrogate_study(work: Path, profile: str, mode: str, setup: str, seed: int, 
     queue.start(study, plan)
     objective = Objective(plan, launch)
     start = time.monotonic()
-    while admit(study, cap, heartbeats=False) == "run":
-        queue.queue_next(study, plan, cap)
-        study.optimize(objective, n_trials=1)
+    stopped_by = run_trials(study, plan, cap, objective)
     state = progress(mode, truth, study)
     return {"profile": profile, "mode": mode, "setup": setup, "seed": seed, "cap": cap,
             "reached_at": state["reached_at"], "launches": state["launches"], "trials": state["trials"],
             "picks": state["picks"], **{k: v for k, v in state.items() if k.startswith(("reached_at_", "picks_"))},
-            "tie": state["tie"], "stopped_by": "budget", "wall_s": round(time.monotonic() - start, 1),
+            "tie": state["tie"], "stopped_by": stopped_by, "wall_s": round(time.monotonic() - start, 1),
             "surrogate": True}
 
 
@@ -828,7 +826,7 @@ def main() -> None:
     out = args.out / name
     work = out / "studies"
     work.mkdir(parents=True, exist_ok=True)
-    results_file = out / "results.jsonl"
+    results_file = out / "tally.jsonl"
     done = [json.loads(line) for line in results_file.read_text().splitlines()] if results_file.exists() else []
     have = {(r["profile"], r["mode"], r["setup"], r["seed"], r["cap"]) for r in done}
     truths = {p: truth_of(p, args.out, args.closed) for p in profiles}

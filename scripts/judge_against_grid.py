@@ -8,16 +8,16 @@ run with `autotune run`), and write it as a grid file:
 
     python scripts/judge_against_grid.py grid --study GRID.toml --out grid.json
 
-Each config of the grid keeps its pooled estimate and 95% interval (autotune.results.estimates, over every launch of
-it) or that it failed (for memory or otherwise). Then judge studies of the same space, engine and workload (their
+Each config of the grid keeps its pooled estimate and 95% interval (autotune.results.tally.estimates, over every launch
+of it) or that it failed (for memory or otherwise). Then judge studies of the same space, engine and workload (their
 fixed args equal to the grid's, so that config keys match):
 
     python scripts/judge_against_grid.py judge --grid grid.json --study S1.toml --study S2.toml
 
-For each study, after each launch, the config it picks (as `autotune best` picks it: autotune.results.pick) is looked
-up in the grid; the table gives the launch at which that pick first came within 2% of the grid's best, the pick after
-the last launch as a share of the grid's best, and whether the grid cannot tell the two apart (their intervals in the
-grid overlap: within the grid's noise, which the table states as the best config's interval). A pick the grid never
+For each study, after each launch, the config it picks (as `autotune best` picks it: autotune.results.tally.pick) is
+looked up in the grid; the table gives the launch at which that pick first came within 2% of the grid's best, the pick
+after the last launch as a share of the grid's best, and whether the grid cannot tell the two apart (their intervals in
+the grid overlap: within the grid's noise, which the table states as the best config's interval). A pick the grid never
 measured is said so.
 """
 from __future__ import annotations
@@ -31,10 +31,10 @@ from typing import Any
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autotune import results  # noqa: E402
+from autotune.results import tally  # noqa: E402
 from autotune.record import TrialRecord  # noqa: E402
-from autotune.storage import load_existing_study  # noqa: E402
-from autotune.study import load_study  # noqa: E402
+from autotune.record.storage import load_existing_study  # noqa: E402
+from autotune.studyfile.spec import read_study_file  # noqa: E402
 
 #: the pick's share of the grid's best that counts as found
 TARGET = 0.98
@@ -42,16 +42,16 @@ TARGET = 0.98
 
 def write_grid(study_file: str, out: Path) -> None:
     """The grid file of a finished study that measured the space whole."""
-    spec = load_study(study_file)
+    spec = read_study_file(study_file)
     study = load_existing_study(spec.name, spec.storage)
     trials = study.get_trials(deepcopy=False)
-    found = results.estimates(study, trials)
+    found = tally.estimates(study, trials)
     configs: dict[str, dict[str, Any]] = {}
     for e in found.values():
         rec = TrialRecord.of(trials[e.trials[0]])
         configs[e.key] = {"config_key": e.key, "params": rec.params, "value": e.value, "low": e.low, "high": e.high,
                           "launches": e.launches, "trials": list(e.trials), "fits": True}
-    for t in results.launches(trials):
+    for t in tally.launches(trials):
         rec = TrialRecord.of(t)
         if rec.config_key and rec.config_key not in configs:
             configs[rec.config_key] = {"config_key": rec.config_key, "params": rec.params, "fits": False,
@@ -84,17 +84,17 @@ def judge(grid_file: Path, study_files: list[str]) -> None:
 def judged(study_file: str, grid: dict[str, dict[str, Any]], best: dict[str, Any]) -> dict[str, Any]:
     """One study against the grid: launches, the launch at which its pick first came within TARGET of the grid's
     best, the pick after its last launch (share of the best) and whether the grid's intervals of the two overlap."""
-    spec = load_study(study_file)
+    spec = read_study_file(study_file)
     study = load_existing_study(spec.name, spec.storage)
     trials = study.get_trials(deepcopy=False)
-    finished = sorted((t for t in trials if t.state in results.FINISHED), key=lambda t: t.number)
-    again = results.retried(trials)
+    finished = sorted((t for t in trials if t.state in tally.FINISHED), key=lambda t: t.number)
+    again = tally.retried(trials)
     launches, reached, key = 0, None, None
     for n, t in enumerate(finished):
         if not TrialRecord.of(t).launched or t.number in again:
             continue
         launches += 1
-        leader = results.leader(study, finished[:n + 1])
+        leader = tally.leader(study, finished[:n + 1])
         key = None if leader is None else leader.key
         value = grid.get(key or "", {}).get("value")
         if reached is None and value is not None and value >= TARGET * best["value"]:

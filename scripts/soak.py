@@ -207,16 +207,16 @@ def main() -> None:
 
 def stop_server(study: Path, env: dict[str, str]) -> None:
     """Stop the server the study left running on its target, the way the target stops one (its process group)."""
-    script = ("import sys\nfrom autotune.study import load_study\nfrom autotune.targets import make_target\n"
-              "t = make_target(load_study(sys.argv[1]).target())\nt.stop()\nt.close()\n")
+    script = ("import sys\nfrom autotune.studyfile import read_study_file\nfrom autotune.targets import make_target\n"
+              "t = make_target(read_study_file(sys.argv[1]).target())\nt.stop()\nt.close()\n")
     subprocess.run([sys.executable, "-c", script, str(study)], env=env, check=False, timeout=120)
 
 
 def final_deploy(study: Path, record: Path, port: int, keeps_running: bool) -> list[str]:
     """What the end of the study did: the launches outside a trial (as the wrapper saw them), the tuner's own lines
     about them, and which config the server runs now among the configs that beat the baseline, ranked."""
-    from autotune import results
-    from autotune.storage import load_existing_study
+    from autotune.results import tally
+    from autotune.record.storage import load_existing_study
 
     lines = ["the end of the study:"]
     lines += [f"  launch: {line}" for line in (record.read_text().splitlines() if record.exists() else [])]
@@ -227,7 +227,7 @@ def final_deploy(study: Path, record: Path, port: int, keeps_running: bool) -> l
     lines += [f"  tuner: {line}" for line in said]
     if not keeps_running:
         return lines
-    ahead = results.above_baseline(load_existing_study("soak", f"sqlite:///{study.parent / 'soak.db'}"))
+    ahead = tally.above_baseline(load_existing_study("soak", f"sqlite:///{study.parent / 'soak.db'}"))
     try:
         info = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=5).json()
     except httpx.HTTPError as e:

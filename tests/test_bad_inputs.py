@@ -23,12 +23,12 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
-from autotune import study_terms
+from autotune.run import study_terms
 from autotune.bench.traffic import parse
 from autotune.cli import main
-from autotune.plan import requests_of
+from autotune.run.plan import requests_of
 from autotune.record import study as record_study
-from autotune.study import parse_study
+from autotune.studyfile.spec import parse_study
 from autotune.testing.ports import free_port
 from tests.support.cli import run_autotune
 from tests.support.study_texts import VALID

@@ -39,7 +39,13 @@ def _imports(name: str, path: Path, text: str, modules: set[str]) -> set[str]:
             if node.level:
                 parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                 base = ".".join([*parts, base] if base else parts)
-            targets = [base, *(f"{base}.{a.name}" for a in node.names)]
+            named = [f"{base}.{a.name}" for a in node.names]
+            # a module of a package names its siblings through the package (``from autotune.run import queue``):
+            # that is the sibling, not the package's face, which runs before any of its modules anyway
+            inside = name.startswith(base + ".")
+            targets = [t for t in named if t in modules] if inside else [base, *named]
+            if inside and any(t not in modules for t in named):
+                targets.append(base)  # a name the package's face re-exports
         else:
             continue
         found.update(t for t in targets if t in modules and t != name)
@@ -100,11 +106,11 @@ def test_only_record_reads_or_writes_user_attrs() -> None:
             if isinstance(node, ast.keyword) and node.arg == "user_attrs":
                 queuers.add(name)
     assert all(name.startswith("autotune.record") for name in readers), sorted(readers)
-    assert queuers <= {"autotune.queue"}, sorted(queuers)
+    assert queuers <= {"autotune.run.queue"}, sorted(queuers)
 
 
 def test_study_file_parsing_names_no_target_kinds_option() -> None:
-    tree = ast.parse(_sources()["autotune.study"][1])
+    tree = ast.parse(_sources()["autotune.studyfile.spec"][1])
     names = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     names |= {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
     for kind in KINDS.values():
@@ -208,3 +214,32 @@ def test_no_test_is_skipped_for_what_the_machine_lacks() -> None:
                     and getattr(node.value, "id", getattr(node.value, "attr", None)) in ("pytest", "mark"):
                 found.append(f"{path.relative_to(REPO)}:{node.lineno} {node.attr}")
     assert found == []
+
+
+#: the modules the package's root holds: the command line and what every layer shares
+ROOT_MODULES = {"__init__", "__main__", "cli", "errors", "logs", "redact", "tables", "visible"}
+
+
+def test_the_root_holds_the_command_line_and_what_every_layer_shares() -> None:
+    """Everything else is in a package that names its part of the flow (ARCHITECTURE.md): at most 8 modules here."""
+    root = {p.stem for p in PACKAGE.glob("*.py")}
+    assert root <= ROOT_MODULES and len(ROOT_MODULES) <= 8, sorted(root - ROOT_MODULES)
+
+
+def test_every_package_says_what_it_is() -> None:
+    """Every package opens with a docstring; every package of the product (not the emulator, the test instruments
+    or the programs shipped to hosts) has a public face: the names its ``__init__`` re-exports in ``__all__``."""
+    apart = ("autotune.sim", "autotune.testing", "autotune.targets.programs")
+    bare, faceless = [], []
+    for name, (path, text) in _sources().items():
+        if path.name != "__init__.py" or name == "autotune":
+            continue
+        tree = ast.parse(text)
+        if ast.get_docstring(tree) is None:
+            bare.append(name)
+        public = any(isinstance(n, ast.Assign) and any(getattr(t, "id", "") == "__all__" for t in n.targets)
+                     for n in tree.body)
+        if not public and not any(_within(name, a) for a in apart):
+            faceless.append(name)
+    assert not bare, f"packages without a docstring: {bare}"
+    assert not faceless, f"packages without a public face (__all__): {faceless}"

@@ -31,10 +31,10 @@ MARKED = "marked-secret-9077"
 SECRETS = (API_KEY, HF_TOKEN, LITERAL, PGPASSWORD, MARKED)
 
 
-def secret_study(tmp_path: Path, trials: int = 3) -> tuple[Path, dict[str, str]]:
+def secret_study(tmp_path: Path, launches: int = 3) -> tuple[Path, dict[str, str]]:
     """A study whose server needs an API key (by reference) and whose environment holds a token by reference, a
     literal whose name says it is a token, a literal PGPASSWORD and a value marked secret; its environment."""
-    study = write_study(tmp_path, trials=trials,
+    study = write_study(tmp_path, launches=launches,
                         space='[space.speculative-num-steps]\ntype = "int"\nlow = 2\nhigh = 3\n')
     text = study.read_text().replace("[engine.args]\n", '[engine.args]\napi-key = { env = "AUTOTUNE_TEST_API_KEY" }\n')
     study.write_text(text + '\n[engine.env]\nHF_TOKEN = { env = "AUTOTUNE_TEST_HF_TOKEN" }\n'
@@ -116,7 +116,7 @@ def stop_local_server(port: int, env: dict[str, str]) -> None:
 def test_a_tuner_killed_mid_trial_leaves_no_secret_on_disk(tmp_path: Path) -> None:
     """The server's startup line (its arguments, the key among them) is in the trial's log, masked, the moment it is
     there; the tuner is SIGKILLed then, before any artifact is uploaded. The next run stops the orphan and finishes."""
-    study, env = secret_study(tmp_path, trials=1)
+    study, env = secret_study(tmp_path, launches=1)
     log = tmp_path / "t-logs" / "trial-0000.log"
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=tmp_path,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env={**os.environ, **env})

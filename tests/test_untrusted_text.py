@@ -36,7 +36,7 @@ def test_a_port_holders_escape_sequences_reach_no_terminal_log_or_record(tmp_pat
     listen = (f"#{HOSTILE}\nimport socket,sys,time;s=socket.socket();s.bind(('127.0.0.1',int(sys.argv[1])));"
               "s.listen();time.sleep(600)")
     with holding([sys.executable, "-c", listen, str(port)], port) as squatter:
-        study = write_study(tmp_path, trials=1, port=port)
+        study = write_study(tmp_path, launches=1, port=port)
         r = run_autotune("run", "--study", str(study), cwd=tmp_path)
         assert r.returncode == 0, r.stderr
         log = study.with_suffix(".log").read_text()

@@ -22,7 +22,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from autotune.study import StudySpec
+from autotune.studyfile.spec import StudySpec
 
 #: the most bisection probes after the climb
 NARROW_PROBES = 3

@@ -3,7 +3,7 @@
 Every figure comes from the response itself: completion tokens, and where the engine gives them the verify steps,
 accept length and the server's own timing of this request alone, never the server's cumulative counters (which
 /flush_cache resets and data-parallel ranks keep apart). The load generator (generator.py,
-targets/programs/loadgen.py) fills it as the stream arrives, so a request cut off at the end of a measurement window
+bench/loadgen.py) fills it as the stream arrives, so a request cut off at the end of a measurement window
 keeps the tokens it received.
 """
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A concurrency level's job for the load generator, and its requests coming back as records.
 
-A level runs in the program ``autotune/targets/programs/loadgen.py``, on this machine or on the target host
-(``autotune.targets.measuring`` says where), so the same code generates the load wherever it runs. It is given a job
+A level runs in the program ``autotune/bench/loadgen.py``, on this machine or on the target host
+(``autotune.bench.measuring`` says where), so the same code generates the load wherever it runs. It is given a job
 (the server's address, the request body's template, prompts, the level's concurrency and window, the lead that makes
 up for the round trip) and hands back every request as it arrived: slot, start, token trace and the raw JSON of its
 last event, which the engine reads here (``to_record``).
@@ -19,8 +19,8 @@ from autotune.bench.plausible import doubt
 from autotune.bench.traffic import TrafficRequest
 from autotune.engines import Engine, GenerationRequest, Sampling, StreamUpdate
 from autotune.errors import TrialFailure
-from autotune.targets.measuring import Generator
-from autotune.targets.programs.loadgen import BAD
+from autotune.bench.measuring import Generator
+from autotune.bench.loadgen import BAD
 
 #: stand-ins in a request body: where a tag goes (in front of its first text) and its size
 PROMPT_MARK = "\x00autotune-prompt\x00"

@@ -52,18 +52,18 @@ from typing import Any
 
 import httpx
 
-from autotune import bounded
+from autotune.bench import bounded
 from autotune.bench.capacity import Ladder
 from autotune.bench.client import RequestRecord
 from autotune.bench.generator import Run, Shape, job, to_record, to_records
 from autotune.bench.stats import mean, percentile, relative_half_width
 from autotune.bench.traffic import TrafficRequest, raw
 from autotune.bench.workload import PromptStream
-from autotune.targets.measuring import Generator, local
+from autotune.bench.measuring import Generator, local
 from autotune.engines import Engine
 from autotune.errors import TrialFailure
-from autotune.study import WorkloadSpec
-from autotune.targets.programs import loadgen
+from autotune.studyfile.spec import WorkloadSpec
+from autotune.bench import loadgen
 
 #: how often a running level checks that the server is still alive and that no stop was requested
 WATCH_INTERVAL = 0.25

@@ -252,7 +252,7 @@ class Engine(ABC):
     def cost(self, args: Mapping[str, ArgValue]) -> tuple[float, ...] | None:
         """What a config costs to run, to compare configs by (smaller first): its values of ``memory_flags``, in
         their order (SGLang: draft tokens, then steps, then topk). The pick settles a tie between configs its
-        measurements cannot tell apart by it (results.settle). None: the engine names no such flags."""
+        measurements cannot tell apart by it (results.tally.settle). None: the engine names no such flags."""
         flags = self.memory_flags(args)
         try:
             return tuple(float(args[f]) for f in flags) if flags else None  # type: ignore[arg-type]

@@ -27,7 +27,7 @@ from autotune.engines.base import (
     StreamUpdate,
     ValidRange,
 )
-from autotune.engines.sglang_adaptive import ADAPTIVE, SGLangAdaptive
+from autotune.engines.sglang_adaptive_rules import ADAPTIVE, SGLangAdaptive
 from autotune.engines.sglang_host import SGLangHost
 from autotune.engines.secret_args import OffCommandLine, SecretFile, flags_with_values, without
 from autotune.errors import InvalidConfig

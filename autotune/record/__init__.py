@@ -14,7 +14,7 @@ Keys (user attrs of a trial):
     origin                     a warm start's source ("study OLD, trial N")
     retry_of                   the trial this one repeats (cut short for the infrastructure's sake)
     target, worker             where and by whom it ran
-    owner                      the process that ran it: host, boot, pid, start time (autotune.owner)
+    owner                      the process that ran it: host, boot, pid, start time (autotune.record.owner)
     params                     the tuned flags as the server ran them (a dependent flag's value, not its fill)
     config, config_key         every server flag after the engine's rules, and its canonical key
     cost                       what the config costs to run (Engine.cost), to settle a tie between configs
@@ -33,8 +33,13 @@ Keys (user attrs of a trial):
                                physics_error and physics_inside
 Study user attrs: objective, study_file, study_path, reference (the baseline's figures), opening (the configs a
 new study measures after its baseline, queued one at a time).
+
+Where the record lives: Optuna's storage (storage.py: a database or study autotune did not create is refused,
+reading creates no table), each trial's artifacts (artifacts.py), optuna-dashboard over them (dashboard.py), and the
+process that ran a trial (owner.py).
 """
-from autotune.record import study, write
+from autotune.record import artifacts, dashboard, storage, study, write
+from autotune.record.owner import Owner
 from autotune.record.read import (
     ROLES,
     AnyTrial,
@@ -54,6 +59,7 @@ from autotune.record.read import (
 )
 
 __all__ = [
-    "ROLES", "AnyTrial", "TrialRecord", "config_keys", "figures_text", "is_adaptive", "is_baseline", "is_confirmation",
-    "owner_of", "rate_text", "reason_of", "records", "retry_of", "study", "target_of", "values_text", "write",
+    "ROLES", "AnyTrial", "Owner", "TrialRecord", "artifacts", "config_keys", "dashboard", "figures_text",
+    "is_adaptive", "is_baseline", "is_confirmation", "owner_of", "rate_text", "reason_of", "records", "retry_of",
+    "storage", "study", "target_of", "values_text", "write",
 ]

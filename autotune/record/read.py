@@ -10,7 +10,7 @@ import optuna
 from optuna.trial import FrozenTrial, TrialState
 
 from autotune.engines import ArgValue
-from autotune.owner import Owner
+from autotune.record.owner import Owner
 
 #: user attrs that say why a config was queued rather than suggested (a retry keeps them): the baseline, the
 #: engine's starting points, neighbours of the leader, the search's picks over the whole space (``model``) and

@@ -9,7 +9,7 @@ import optuna
 from optuna.trial import FrozenTrial
 
 from autotune.engines import ArgValue
-from autotune.owner import Owner
+from autotune.record.owner import Owner
 from autotune.record.read import ROLES
 from autotune.visible import visible
 from autotune.redact import mask, mask_argv, mask_mapping

@@ -11,7 +11,7 @@ from autotune.errors import UserError
 from autotune.report.plots import PlotResult, write_plots
 from autotune.report.summary import summary_markdown
 from autotune.report.table import trials_frame
-from autotune.study import StudySpec
+from autotune.studyfile.spec import StudySpec
 
 __all__ = ["PlotResult", "Report", "summary_markdown", "trials_frame", "write_report"]
 

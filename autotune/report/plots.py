@@ -13,11 +13,11 @@ from typing import Any
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import results
+from autotune.results import tally
 from autotune.engines import get_engine
 from autotune.errors import UserError
 from autotune.record import TrialRecord
-from autotune.study import StudySpec
+from autotune.studyfile.spec import StudySpec
 
 #: pixels; plotly's own default (450) squeezes the subplots
 PLOT_HEIGHT = 600
@@ -37,7 +37,7 @@ def _target(study: optuna.Study) -> tuple[Callable[[FrozenTrial], float] | None,
     names = study.metric_names
     if len(study.directions) == 1:
         return None, (names[0] if names else "objective")
-    return (lambda t: results.score(t, study)), "gain over the baseline (geometric mean of both objectives)"
+    return (lambda t: tally.score(t, study)), "gain over the baseline (geometric mean of both objectives)"
 
 
 def _complete(study: optuna.Study) -> list[FrozenTrial]:
@@ -108,7 +108,7 @@ def _throughput(study: optuna.Study, spec: StudySpec | None) -> Any:
 
     trials = study.get_trials(deepcopy=False)
     shown: list[tuple[str, TrialRecord]] = []
-    best, base = results.best(study), results.baseline(trials)
+    best, base = tally.best(study), tally.baseline(trials)
     if best is not None:
         shown.append((f"best (trial {best.number})", TrialRecord.of(best)))
     if base is not None and (best is None or base.number != best.number):
@@ -137,8 +137,8 @@ def _lengths(study: optuna.Study, spec: StudySpec | None) -> Any:
     import plotly.graph_objects as go
     from plotly.subplots import make_subplots
 
-    from autotune.plan import requests_of
-    from autotune.workload_view import describe
+    from autotune.run.plan import requests_of
+    from autotune.bench.workload_view import describe
 
     if spec is None:
         raise _Skip("no study file")

@@ -13,11 +13,12 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
-from autotune.best import capacity_curves, capacity_label, per_concurrency, slo_text
-from autotune import adaptive_measured, record, results
+from autotune.results.best import capacity_curves, capacity_label, per_concurrency, slo_text
+from autotune.results import adaptive_versus_fixed, tally
+from autotune import record
 from autotune.record import TrialRecord, rate_text
 from autotune.report.plots import PlotResult
-from autotune.study import StudySpec
+from autotune.studyfile.spec import StudySpec
 from autotune.visible import cell
 
 TOP = 5
@@ -103,7 +104,7 @@ def launches_saved(recs: list[TrialRecord]) -> dict[str, Any]:
     invalid = [r for r in recs if r.reason in ("invalid_config", "host_rejected")]
     given_up = [r for r in recs if r.reason == "given_up" and r.reused_from is None]
     too_large = [r for r in recs if r.reason == "oom_predicted" and r.reused_from is None]
-    deployed = [r.duration_s for r in recs if r.duration_s and r.launched and r.state in results.FINISHED]
+    deployed = [r.duration_s for r in recs if r.duration_s and r.launched and r.state in tally.FINISHED]
     median = statistics.median(deployed) if deployed else None
     saved = len(reused) + len(invalid) + len(given_up) + len(too_large)
     return {"reused": len(reused), "invalid": len(invalid), "given_up": len(given_up), "too_large": len(too_large),
@@ -115,15 +116,15 @@ def _heading(study: optuna.Study, spec: StudySpec | None, recs: list[TrialRecord
     name = spec.name if spec else study.study_name
     objective = record.study.objective(study) or (spec.objective if spec else "?")
     states = Counter(r.state.name for r in recs)
-    launches = results.launches(study.get_trials(deepcopy=False))
+    launches = tally.launches(study.get_trials(deepcopy=False))
     return [f"# Study `{name}`", "",
             f"Objective `{objective}` ({', '.join(study.metric_names or ['value'])}), "
             f"{len(recs)} trials ({', '.join(f'{n} {s}' for s, n in sorted(states.items()))}), "
             f"{len(launches)} launches (servers started) counted against the budget"
-            + (f" of {spec.trials}" if spec else "") + f". Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
+            + (f" of {spec.launches}" if spec else "") + f". Written {time.strftime('%Y-%m-%d %H:%M:%S')}.", ""]
 
 
-def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader: results.Estimate | None,
+def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader: tally.Estimate | None,
           study: optuna.Study | None = None) -> list[str]:
     lines = ["## Best", ""]
     if best is None:
@@ -139,10 +140,10 @@ def _best(name: str, best: TrialRecord | None, base: TrialRecord | None, leader:
               f"TTFT p99 {_fmt(m.get('ttft_p99_ms'))} ms"]
     if base is not None and base.number != best.number and base.state == TrialState.COMPLETE:
         lines += [f"- {g.name} vs the baseline (trial {base.number}): {g.text()}" for g in gains(best, base)]
-    chosen = results.pick(study) if study is not None else None
+    chosen = tally.pick(study) if study is not None else None
     if chosen is not None and chosen.tied:
         lines.append(f"- the pick: {chosen.tie_text()}")
-    predicted = results.predictions(list(study.get_trials(deepcopy=False))) if study is not None else None
+    predicted = tally.predictions(list(study.get_trials(deepcopy=False))) if study is not None else None
     if predicted is not None:
         lines.append(f"- how far to trust the pick: {predicted.text()}")
     lines.append("")
@@ -164,7 +165,7 @@ def _top(study: optuna.Study, recs: list[TrialRecord]) -> list[str]:
     lines = [f"## Top {TOP}", ""]
     by_number = {t.number: t for t in study.get_trials(deepcopy=False)}
     ranked = sorted((r for r in recs if r.feasible and r.reused_from is None),
-                    key=lambda r: (-results.score(by_number[r.number], study), r.number))[:TOP]
+                    key=lambda r: (-tally.score(by_number[r.number], study), r.number))[:TOP]
     if not ranked:
         return [*lines, "No feasible measured trial yet.", ""]
     again = Counter(r.reused_from for r in recs if r.reused_from is not None)
@@ -192,7 +193,7 @@ def _failures(study: optuna.Study, recs: list[TrialRecord]) -> list[str]:
         states = ", ".join(f"{n} {s}" for s, n in sorted(Counter(r.state.name for r in rs).items()))
         lines.append(f"| {reason} | {len(rs)} | {states} | {', '.join(str(r.number) for r in rs)} |")
     lines.append("")
-    retried = results.retried(study.get_trials(deepcopy=False))
+    retried = tally.retried(study.get_trials(deepcopy=False))
     if retried:
         lines += [f"Infrastructure failures queue their config again once; {len(retried)} trial(s) were retried "
                   "and do not count against the budget.", ""]
@@ -282,10 +283,10 @@ def _capacity(study: optuna.Study) -> list[str]:
 
 
 def _adaptive(study: optuna.Study) -> list[str]:
-    c = adaptive_measured.compare(study)
+    c = adaptive_versus_fixed.compare(study)
     if c is None:
         return []
-    lines = ["## Adaptive server against the best fixed config", "", adaptive_measured.headline(c) + ".", "",
+    lines = ["## Adaptive server against the best fixed config", "", adaptive_versus_fixed.headline(c) + ".", "",
              "Output tok/s at each load, the adaptive server's against the best fixed config's and against the fixed "
              "config fastest at that load (\"beat\" or \"lost\" only when the 95% intervals do not overlap):", "",
              "| load | adaptive [95% CI] | best fixed config [95% CI] | vs it | fastest fixed here [95% CI] (trial) "
@@ -295,20 +296,20 @@ def _adaptive(study: optuna.Study) -> list[str]:
         here, word_here = lv.against(lv.best_here)
         fixed = "-" if lv.fixed is None else f"{lv.fixed.value:.1f} [{lv.fixed.low:.1f}, {lv.fixed.high:.1f}]"
         lines.append(f"| c{lv.concurrency} | {lv.adaptive.value:.1f} [{lv.adaptive.low:.1f}, {lv.adaptive.high:.1f}] "
-                     f"| {fixed} | {adaptive_measured.said(gain, word)} | {lv.best_here.value:.1f} "
+                     f"| {fixed} | {adaptive_versus_fixed.said(gain, word)} | {lv.best_here.value:.1f} "
                      f"[{lv.best_here.low:.1f}, {lv.best_here.high:.1f}] ({lv.best_here_trial}) "
-                     f"| {adaptive_measured.said(here, word_here)} |")
+                     f"| {adaptive_versus_fixed.said(here, word_here)} |")
     return [*lines, ""]
 
 
 def summary_markdown(study: optuna.Study, spec: StudySpec | None, plots: list[PlotResult] | None = None) -> str:
     trials = study.get_trials(deepcopy=False)
     recs = record.records(trials)
-    best_t, base_t = results.best(study), results.baseline(trials)
+    best_t, base_t = tally.best(study), tally.baseline(trials)
     best = TrialRecord.of(best_t) if best_t is not None else None
     base = TrialRecord.of(base_t) if base_t is not None else None
     lines = _heading(study, spec, recs)
-    lines += _best(spec.name if spec else study.study_name, best, base, results.leader(study), study)
+    lines += _best(spec.name if spec else study.study_name, best, base, tally.leader(study), study)
     lines += _baseline(base)
     lines += _per_concurrency(study)
     lines += _categories(spec, best, base)

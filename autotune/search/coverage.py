@@ -10,13 +10,13 @@ from __future__ import annotations
 
 from optuna.trial import FrozenTrial
 
-from autotune import results
+from autotune.results import tally
 from autotune.engines import ArgValue
 from autotune.record import TrialRecord
 from autotune.search.feasibility import MEMORY_REASONS, Feasibility
 from autotune.search.neighbours import valid_configs
 from autotune.search.settings import SearchSettings
-from autotune.space import Space
+from autotune.studyfile.space import Space
 
 #: roles whose memory failure is followed at once by a launch of the same value below the boundary
 FOLLOWED = ("coverage", "starting_point")
@@ -37,7 +37,7 @@ def covered(space: Space, trials: list[FrozenTrial], by_measurement: bool = True
     """Per categorical flag, the values a launch measured (``by_measurement`` False: that any launch tried, the
     rule before measurements alone counted)."""
     seen: dict[str, set[ArgValue]] = {name: set() for name in flags(space)}
-    for t in results.launches(trials):
+    for t in tally.launches(trials):
         rec = TrialRecord.of(t)
         if rec.adaptive or (by_measurement and not measured(rec)):
             continue
@@ -69,7 +69,7 @@ def to_follow(trials: list[FrozenTrial], gaps: dict[str, list[ArgValue]]) -> dic
     """Of the values still uncovered (``gaps``), those whose coverage or starting-point launch ran out of memory:
     the model's best config there below the new boundary is due next."""
     out: dict[str, list[ArgValue]] = {}
-    for t in results.launches(trials):
+    for t in tally.launches(trials):
         rec = TrialRecord.of(t)
         if rec.reason not in MEMORY_REASONS or not any(role in rec.roles for role in FOLLOWED):
             continue

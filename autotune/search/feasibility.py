@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 from optuna.trial import FrozenTrial
 
-from autotune import results
+from autotune.results import tally
 from autotune.engines import ArgValue, Engine
 from autotune.record import TrialRecord
 
@@ -87,7 +87,7 @@ class Feasibility:
         self.engine = engine
         self.evidence: list[Boundary] = []
         self._lines: dict[tuple[int, frozenset[tuple[str, str]]], _Line | None] = {}
-        for t in results.launches(list(trials)):
+        for t in tally.launches(list(trials)):
             rec = TrialRecord.of(t)
             if rec.config is None or rec.adaptive:  # sized for its widest step, not the one its config names
                 continue

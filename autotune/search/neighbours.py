@@ -12,8 +12,8 @@ import math
 
 from autotune.engines import ArgValue
 from autotune.errors import InvalidConfig
-from autotune.space import Candidate, Space, values_inside
-from autotune.study import ParamSpec
+from autotune.studyfile.space import Candidate, Space, values_inside
+from autotune.studyfile.spec import ParamSpec
 
 
 def moves(space: Space, params: dict[str, ArgValue], measured: set[str],

@@ -16,7 +16,7 @@
   ran out of memory is followed at once by one of the same value below it (coverage.py).
 * Confirmations. The last launches of the budget re-measure the leader and its close rivals, each once, so that the
   pick rests on more than one lucky measurement; every config's estimate pools all its launches
-  (results.estimates), and the pick is settled by their intervals (results.settle).
+  (tally.estimates), and the pick is settled by their intervals (tally.settle).
 
 Every choice here was measured on random hosts (scripts/bench_sample_efficiency.py; docs/sampler.md,
 docs/search-priors.md).
@@ -33,19 +33,20 @@ import numpy as np
 import optuna
 from optuna.trial import FrozenTrial, TrialState
 
-from autotune import record, results
+from autotune import record
+from autotune.results import tally
 from autotune.engines import ArgValue, Engine
 from autotune.record import TrialRecord
 from autotune.search.coverage import to_follow, uncovered
 from autotune.search.feasibility import MEMORY_REASONS, Feasibility
-from autotune.score import objective_values
+from autotune.results.score import objective_values
 from autotune.search.local_model import Point, improvement, informed, posterior, rank
 from autotune.search.physics import Observation, Physics
 from autotune.search.neighbours import lower, moves, places, spread, unordered, valid_configs
 from autotune.search.sampling import MODEL_BASED
 from autotune.search.settings import SearchSettings
-from autotune.space import Space
-from autotune.study import StudySpec
+from autotune.studyfile.space import Space
+from autotune.studyfile.spec import StudySpec
 
 
 class Plan(Protocol):
@@ -84,11 +85,11 @@ def propose(study: optuna.Study, trials: list[FrozenTrial], plan: Plan, budget: 
             ) -> Proposal | None:
     """The tuner's next config to measure (None: let the sampler propose). ``trials``: the study's."""
     settings = plan.search
-    launched = results.launches(trials)
+    launched = tally.launches(trials)
     running = sum(1 for t in trials if t.state == TrialState.RUNNING)
     left = budget - len(launched) - running
     found = _queueable(study, trials, plan)
-    leader = results.top(found)
+    leader = tally.top(found)
     if left <= 0 or leader is None:
         return None
     own_search = plan.spec.sampler in MODEL_BASED and bool(settings.neighbour_every)
@@ -164,7 +165,7 @@ def physics_set_aside(trials: list[FrozenTrial], settings: SearchSettings) -> in
     if not settings.physics_misses:
         return None
     misses = 0
-    for t in sorted(results.launches(trials), key=lambda t: t.number):
+    for t in sorted(tally.launches(trials), key=lambda t: t.number):
         rec = TrialRecord.of(t)
         if rec.prediction_outcome and rec.prediction_outcome.get("physics_inside") is False:
             misses += 1
@@ -191,7 +192,7 @@ def _predicted(points: list[Point], where: tuple[float, ...], space: Space, sett
     return out
 
 
-def _rivals(leader: results.Estimate, found: dict[str, results.Estimate]) -> list[results.Estimate]:
+def _rivals(leader: tally.Estimate, found: dict[str, tally.Estimate]) -> list[tally.Estimate]:
     """The leader's close rivals, best first: configs whose 95% intervals overlap the leader's."""
     return sorted((e for e in found.values() if e is not leader and e.overlaps(leader)), key=lambda e: -e.value)
 
@@ -200,21 +201,21 @@ def confirmation(study: optuna.Study, trials: list[FrozenTrial], plan: Plan) -> 
     """The leader's config, or a close rival's, measured once more (each once); None when each was. For a search
     with nothing left to try and launches left."""
     found = _queueable(study, trials, plan)
-    leader = results.top(found)
+    leader = tally.top(found)
     return None if leader is None else _confirmation(trials, leader, found)
 
 
-def _queueable(study: optuna.Study, trials: list[FrozenTrial], plan: Plan) -> dict[str, results.Estimate]:
+def _queueable(study: optuna.Study, trials: list[FrozenTrial], plan: Plan) -> dict[str, tally.Estimate]:
     """The measured configs' estimates, of the configs whose trial names every tuned flag: only those can be queued
     again exactly (a baseline whose fixed args leave a tuned flag unset cannot: the sampler would fill it in)."""
     names = set(plan.space.names)
-    return {k: e for k, e in results.estimates(study, trials).items()
+    return {k: e for k, e in tally.estimates(study, trials).items()
             if names <= set(TrialRecord.of(trials[e.trials[0]]).params)}
 
 
-def _confirmation(trials: list[FrozenTrial], leader: results.Estimate,
-                  found: dict[str, results.Estimate]) -> Proposal | None:
-    given_up = results.given_up(trials)
+def _confirmation(trials: list[FrozenTrial], leader: tally.Estimate,
+                  found: dict[str, tally.Estimate]) -> Proposal | None:
+    given_up = tally.given_up(trials)
     for estimate in (leader, *_rivals(leader, found)):
         if estimate.launches == 1 and estimate.key not in given_up:  # the same parameters as that trial's, again
             return Proposal(dict(trials[estimate.trials[0]].params), "confirmation")
@@ -228,10 +229,10 @@ def _measured_keys(trials: list[FrozenTrial]) -> set[str]:
     for t in trials:
         if t.state in (TrialState.COMPLETE, TrialState.PRUNED, TrialState.RUNNING, TrialState.WAITING):
             keys.update(k for k in record.config_keys(t) if k)
-    return keys | results.given_up(trials).keys()
+    return keys | tally.given_up(trials).keys()
 
 
-def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Estimate],
+def _points(space: Space, trials: list[FrozenTrial], found: dict[str, tally.Estimate],
             settings: SearchSettings, prior: Prior | None = None) -> list[Point]:
     """What the model of the objective learns from: every measured config's pooled estimate, and every config a
     launch found infeasible or stopped early. Failures of the infrastructure are not the config's and are left
@@ -248,7 +249,7 @@ def _points(space: Space, trials: list[FrozenTrial], found: dict[str, results.Es
             config = TrialRecord.of(trials[e.trials[0]]).config or {}
             points.append(Point(where(params), math.log(e.value), e.relative_sd,
                                 prior(config) if prior else 0.0))
-    for t in results.launches(trials):
+    for t in tally.launches(trials):
         rec = TrialRecord.of(t)
         if t.state == TrialState.FAIL or rec.feasible or rec.config_key in found:
             continue
@@ -312,7 +313,7 @@ def coordinates(space: Space, params: dict[str, ArgValue], settings: SearchSetti
     return places(space, params)
 
 
-def _anywhere(space: Space, settings: SearchSettings, leader: results.Estimate, measured: set[str],
+def _anywhere(space: Space, settings: SearchSettings, leader: tally.Estimate, measured: set[str],
               points: list[Point], feasibility: Feasibility, rng: random.Random, prior: Prior | None = None
               ) -> Proposal | None:
     """The unmeasured valid config with the best expected improvement over the leader times its chance of fitting

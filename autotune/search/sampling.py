@@ -7,8 +7,8 @@ import optuna
 
 from autotune.engines import ArgValue
 from autotune.errors import UserError
-from autotune.space import Space
-from autotune.study import StudySpec
+from autotune.studyfile.space import Space
+from autotune.studyfile.spec import StudySpec
 
 #: configs measured before the model-based samplers and the tuner's own model take over (when the study does not
 #: say): the baseline and the first two of the engine's starting points (SearchSettings.starting_points)

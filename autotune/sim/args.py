@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from autotune.sim import adaptive, model
+from autotune.sim import adaptive_controller, model
 from autotune.sim.faults import Faults, collect, parse_fault
 from autotune.sim.flags_table import FLAGS
 from autotune.sim.profile import DEFAULT_PROFILE, Profile
@@ -408,20 +408,20 @@ def _resolve_attention(fields: dict[str, Any], algorithm: str | None, profile: P
     fields["page_size"] = 1 if page is None else page
 
 
-def _resolve_adaptive(fields: dict[str, Any], algorithm: str | None, warn) -> adaptive.Schedule | None:
+def _resolve_adaptive(fields: dict[str, Any], algorithm: str | None, warn) -> adaptive_controller.Schedule | None:
     """SGLang's adaptive hook, run before the algorithm's own handler: fall back (a warning) when the settings do
     not support it; else read the schedule file, default topk to 1 and the steps to the middle of the union of
     candidates (a given value must be in it), and force draft tokens to steps + 1."""
-    reason = adaptive.unsupported_reason(fields, algorithm)
+    reason = adaptive_controller.unsupported_reason(fields, algorithm)
     if reason is not None:
         warn(f"speculative_adaptive disabled: {reason}. Falling back to static speculative params.")
         fields["speculative_adaptive"] = False
         return None
     try:
-        cfg, entries = adaptive.load_config(fields["speculative_adaptive_config"])
+        cfg, entries = adaptive_controller.load_config(fields["speculative_adaptive_config"])
     except (OSError, ValueError, AttributeError, TypeError) as e:
         raise ArgRuleError(_exception_line(e), _adaptive_frames(_failing_line(e))) from None
-    union = adaptive.union_of_steps(entries)
+    union = adaptive_controller.union_of_steps(entries)
     if fields["speculative_eagle_topk"] is None:
         fields["speculative_eagle_topk"] = 1
     if fields["speculative_num_steps"] is None:
@@ -434,7 +434,7 @@ def _resolve_adaptive(fields: dict[str, Any], algorithm: str | None, warn) -> ad
             [_ADAPTIVE_HOOK_FRAME, ("srt/arg_groups/speculative_hook.py", 1031, "_init_adaptive_speculative_params",
                                     "raise ValueError(")])
     fields["speculative_num_draft_tokens"] = steps + 1
-    return adaptive.schedule(cfg, entries, steps)
+    return adaptive_controller.schedule(cfg, entries, steps)
 
 
 _ADAPTIVE_HOOK_FRAME = ("srt/arg_groups/speculative_hook.py", 280, "handle_speculative_decoding",

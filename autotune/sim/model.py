@@ -25,7 +25,7 @@ import dataclasses
 import math
 
 from autotune.sim import tree_acceptance
-from autotune.sim.adaptive import Schedule
+from autotune.sim.adaptive_controller import Schedule
 from autotune.sim.profile import Profile
 
 GIB = 1 << 30

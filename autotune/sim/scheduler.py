@@ -16,7 +16,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 
-from autotune.sim import adaptive, model
+from autotune.sim import adaptive_controller, model
 from autotune.sim.faults import Faults
 from autotune.sim.metrics import Metrics
 from autotune.sim.profile import Profile
@@ -163,13 +163,13 @@ class Scheduler:
         self._pending_new = 0
         self._round_batch = 0
         # adaptive speculative decoding: the controller, the live step and each step's config
-        self.controller: adaptive.Controller | None = None
+        self.controller: adaptive_controller.Controller | None = None
         self.steps = config.spec.steps if config.spec else 0
         self._at_steps: dict[int, model.Config] = {}
         self._reach_spec = config.spec
         if config.adaptive is not None:
             graph_bs = None if config.disable_cuda_graph else plan.capture_bs
-            self.controller = adaptive.Controller(config.adaptive, graph_bs, log.info)
+            self.controller = adaptive_controller.Controller(config.adaptive, graph_bs, log.info)
             self._at_steps = {s: config.at_steps(s) for s in config.adaptive.candidate_steps}
             self._reach_spec = self._at_steps[max(self._at_steps)].spec
         self.reset_stats()

@@ -44,9 +44,9 @@ def main(argv: list[str] | None = None) -> None:
         sys.stderr.write(logs.launcher_traceback(str(e), e.frames) + "\n")
         sys.exit(1)
     # Imported only now: argument errors stay fast, like SGLang's parser (the HTTP stack loads in ~1 s).
-    from autotune.sim.launch import Launch
+    from autotune.sim.lifecycle import Lifecycle
 
-    asyncio.run(Launch(resolved, profile, sim, launcher, scheduler_log).run())
+    asyncio.run(Lifecycle(resolved, profile, sim, launcher, scheduler_log).run())
 
 
 def _loggers(ns: argparse.Namespace):

@@ -1,7 +1,7 @@
 """Noise-free figures for every valid config of a space (``autotune sim surface --profile``): the performance
 model's closed form for the default space, decode speed of one stream and steady output throughput at one
 concurrency, for the profile's own request shape. Quick, for a whole space. (The truth for a study's own workload,
-``--study``, is truth.py's, driven from the tuner's side by autotune/truth.py.)"""
+``--study``, is truth.py's, driven from the tuner's side by autotune/run/study_truth.py.)"""
 from __future__ import annotations
 
 import json

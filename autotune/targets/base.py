@@ -16,7 +16,7 @@ from typing import Any, ClassVar
 
 from autotune.engines import Engine, get_engine
 from autotune.tables import Reader
-from autotune.targets.launch import Launch, kept_warning, prepare
+from autotune.targets.start_command import StartCommand, kept_warning, prepare
 from autotune.targets.completed import Completed
 
 log = logging.getLogger("autotune")
@@ -99,7 +99,7 @@ class Target(ABC):
     #: the machine the server runs on, as its users would name it
     machine: str = "this machine"
 
-    def launch(self, argv: list[str], env: dict[str, str]) -> Launch:
+    def start_command(self, argv: list[str], env: dict[str, str]) -> StartCommand:
         """A start of ``argv`` with the target's and ``env``'s environment, its secret flags off the command line
         where the engine allows it (a warning, once, for those it does not)."""
         launch = prepare(self.engine, argv, {**self.spec.env, **env})
@@ -115,6 +115,7 @@ class Target(ABC):
         """
         return None
 
+    @abstractmethod
     def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float,
                            should_stop: Callable[[], bool] = lambda: False) -> Completed:
         """Run ``programs/<program>`` on the target with the python that runs the server command ``command`` (a
@@ -123,14 +124,12 @@ class Target(ABC):
         up to ``completed.MAX_OUTPUT`` bytes (status ``completed.TOO_LONG`` past it). Raises ``TrialFailure`` when
         the target cannot be reached, ``TrialFailure("interrupted")`` as soon as ``should_stop()`` says so; a
         target that cannot run programs answers status 127."""
-        return Completed(127, "", f"autotune: a {self.spec.kind} target runs no programs")
 
+    @abstractmethod
     def place_file(self, name: str, data: bytes, local: Path) -> str:
         """Put a file the server reads (an adaptive schedule) where this target's servers read files, and return
-        the path to give the server: here ``local`` (beside the study), a remote target's own directory there."""
-        local.parent.mkdir(parents=True, exist_ok=True)
-        local.write_bytes(data)
-        return str(local.resolve())
+        the path to give the server (``local`` is a path beside the study on this machine, for a target whose
+        servers run here)."""
 
     @abstractmethod
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> Deployment:

@@ -26,7 +26,7 @@ from typing import IO
 
 from autotune import redact
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import holder_description, state_dir
+from autotune.targets.lock_holder import holder_description, state_dir
 from autotune.targets.base import Deployment, Target, TargetSpec
 from autotune.targets.completed import MAX_OUTPUT, Completed
 from autotune.targets.local_lock import HostLock
@@ -130,6 +130,12 @@ class LocalTarget(Target):
             where = f" (relative to {self.cwd})" if "/" in command[0] and self.cwd else " on PATH"
             raise UserError(f"server command not found{where}: {command[0]}")
 
+    def place_file(self, name: str, data: bytes, local: Path) -> str:
+        """Beside the study: ``local`` itself."""
+        local.parent.mkdir(parents=True, exist_ok=True)
+        local.write_bytes(data)
+        return str(local.resolve())
+
     def run_engine_program(self, command: str, program: str, stdin: bytes, timeout: float,
                            should_stop: Callable[[], bool] = lambda: False) -> Completed:
         return run_program(["sh", "-c", engine_program_lines(command, program)], stdin, cwd=self.cwd,
@@ -146,7 +152,7 @@ class LocalTarget(Target):
         executable = resolve_command(argv[0], self.cwd)
         if executable is None:
             raise TrialFailure("deploy_failed", f"server command not found: {argv[0]}")
-        launch = self.launch(argv, env)
+        launch = self.start_command(argv, env)
         secret_dir = path = None
         if launch.file is not None:
             secret_dir = tempfile.mkdtemp(prefix="autotune-secret-")  # 0700, this user's

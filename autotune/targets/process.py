@@ -151,7 +151,7 @@ class ProcessTarget(RemoteTarget):
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> ProcessDeployment:
         if not argv:
             raise TrialFailure("deploy_failed", "empty server command")
-        launch = self.launch(argv, env)
+        launch = self.start_command(argv, env)
         bad = [k for k in launch.env if not _ENV_NAME.fullmatch(k)]
         if bad:
             raise TrialFailure("deploy_failed", f"invalid environment variable name {bad[0]!r}")

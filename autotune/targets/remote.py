@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import holder_description
+from autotune.targets.lock_holder import holder_description
 from autotune.targets.base import Target
 from autotune.targets.completed import MAX_OUTPUT
 from autotune.targets.forward import LocalForward
@@ -129,8 +129,13 @@ class RemoteTarget(Target):
             f"cd {q([self.directory])} 2>/dev/null || cd || exit 1",
             engine_program_lines(command, program),
         ])
-        return self.conn.run(script, timeout=timeout, what="asking the engine on the target", stdin=stdin,
-                             limit=MAX_OUTPUT, should_stop=should_stop)
+        try:
+            return self.conn.run(script, timeout=timeout, what="asking the engine on the target", stdin=stdin,
+                                 limit=MAX_OUTPUT, should_stop=should_stop)
+        except TrialFailure as e:
+            if e.reason != "deploy_failed":  # the connection lost, a stop asked for
+                raise
+            return Completed(124, "", f"autotune: {e.detail}")  # past its deadline on a live connection
 
     def lock(self, holder: str) -> AbstractContextManager[None]:
         return RemoteLock(self.conn, lambda: (self.workdir, self.subdir), self.lock_names, self.spec.identity,

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import paramiko
 
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import describe
+from autotune.targets.lock_holder import describe
 from autotune.targets.programs import FIND_PYTHON, program_line
 from autotune.targets.programs.hostlock import BUSY
 from autotune.targets.programs.safedir import REFUSED

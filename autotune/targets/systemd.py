@@ -45,11 +45,11 @@ from typing import Any
 
 from autotune import redact
 from autotune.errors import TrialFailure, UserError
-from autotune.lock import state_dir
+from autotune.targets.lock_holder import state_dir
 from autotune.tables import PLAIN_TOKEN, Reader
 from autotune.targets.logfollow import LogFollower
 from autotune.targets.base import Deployment
-from autotune.targets.launch import Launch
+from autotune.targets.start_command import StartCommand
 from autotune.targets.remote import FIND_PYTHON, RemoteTarget, program_line
 from autotune.targets.ssh import Completed, SSHConnection, SSHSpec, sh_command
 from autotune.targets.unitfile import dropin_problem, environment_file, exec_line, render_dropin
@@ -419,7 +419,7 @@ class SystemdTarget(RemoteTarget):
             self.local_backup_path.rename(self.local_backup_path.with_name(f"backup.restored-{stamp}.json"))
 
     # -- the drop-in and its secret files ----------------------------------------------------------------------
-    def _dropin(self, launch: Launch) -> tuple[str, dict[str, tuple[str, bool]]]:
+    def _dropin(self, launch: StartCommand) -> tuple[str, dict[str, tuple[str, bool]]]:
         """The drop-in text for ``launch`` and the secret files beside it: {path: (text, the unit's user owns it)}.
         Secret variables go to the EnvironmentFile= (systemd reads it as root); secret flags to the file the engine
         reads (the server reads it as the unit's user)."""
@@ -500,7 +500,7 @@ class SystemdTarget(RemoteTarget):
     # -- Target ------------------------------------------------------------------------------------------------
     def rendered(self, argv: list[str], env: dict[str, str]) -> tuple[str, str]:
         try:
-            text, _ = self._dropin(self.launch(argv, env))
+            text, _ = self._dropin(self.start_command(argv, env))
         except TrialFailure as e:
             text = f"# cannot be rendered: {e.detail}\n"
         return DROPIN_NAME, text
@@ -532,7 +532,7 @@ class SystemdTarget(RemoteTarget):
         self.check_host(command, extra, search_path=SYSTEMD_PATH)
 
     def deploy(self, argv: list[str], env: dict[str, str], log_path: Path) -> SystemdDeployment:
-        launch = self.launch(argv, env)
+        launch = self.start_command(argv, env)
         text, files = self._dropin(launch)
         self.ensure_backup()
         for path, (content, users) in files.items():

@@ -35,7 +35,7 @@ def write_study(
     directory: Path,
     name: str = "t",
     *,
-    trials: int = 6,
+    launches: int = 6,
     sampler: str = "tpe",
     objective: str = "weighted",
     space: str = SPEC_SPACE,
@@ -64,7 +64,7 @@ def write_study(
     arg_lines = "\n".join(f"{k} = {json.dumps(v)}" for k, v in fixed.items() if v is not None)
     seed_line = f"seed = {seed}\n" if seed is not None else ""
     text = f"""[study]
-trials = {trials}
+launches = {launches}
 sampler = "{sampler}"
 objective = "{objective}"
 {seed_line}
@@ -91,14 +91,14 @@ command = {json.dumps(command or ["autotune-sim"])}
     return path
 
 
-def write_multi(directory: Path, storage: str, targets: list[str], trials: int, time_scale: float = 0.01,
+def write_multi(directory: Path, storage: str, targets: list[str], launches: int, time_scale: float = 0.01,
                 speedup: float = 10) -> tuple[Path, dict[str, int]]:
     """A study of several local targets (one worker each, on its own free port) sharing ``storage``: its file and
     each target's port. ``time_scale`` and ``speedup`` are the emulator's --sim-time-scale and --sim-speedup."""
     ports = {name: free_port() for name in targets}
     tables = "".join(f'[targets.{name}]\nkind = "local"\nserver_port = {port}\n\n' for name, port in ports.items())
     text = f"""[study]
-trials = {trials}
+launches = {launches}
 storage = "{storage}"
 heartbeat = 1
 seed = 3

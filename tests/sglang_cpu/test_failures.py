@@ -10,7 +10,7 @@ start read as failed: every line the real server prints here goes through the fa
 - a stale SGLang on the port: named, never killed, the trial ``port_busy``.
 (The tokenizer's slow start, 20-60 s before /ready answers here, waited for and recorded: test_study.py.)
 (A tree of fewer draft tokens than steps + 1, which SGLang starts and then crashes on at its first verify, is refused
-by the rules at once: tests/test_dependent_ranges.py; the real crash: test_emulator_against_sglang.py.)"""
+by the rules at once: tests/studyfile/test_dependent_ranges.py; the real crash: test_emulator_against_sglang.py.)"""
 from __future__ import annotations
 
 import os
@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from autotune.bringup import bring_up
+from autotune.run.bringup import bring_up
 from autotune.engines.sglang import SGLang
 from autotune.errors import TrialFailure
-from autotune.plan import make_plan
-from autotune.study import load_study
+from autotune.run.plan import make_plan
+from autotune.studyfile.spec import read_study_file
 from autotune.targets import make_target
 from autotune.testing import sglang_cpu
 from autotune.testing.ports import free_port
@@ -60,7 +60,7 @@ def test_a_start_sglang_refuses_is_read_in_its_own_words(tmp_path: Path, change:
     """Launched without the question to the host (a config the rules and the host would refuse first): a tree on
     pages of 16 tokens, which SGLang's intel_amx backend refuses while it resolves its arguments, and a
     --mem-fraction-static below the weights, which leaves the KV cache no room."""
-    plan = make_plan(load_study(str(study_file(tmp_path, workload=SMALL, engine_args=CHAIN))))
+    plan = make_plan(read_study_file(str(study_file(tmp_path, workload=SMALL, engine_args=CHAIN))))
     target = make_target(plan.target, cwd=tmp_path)
     argv = plan.engine.render(plan.spec.engine.command, {**plan.space.fixed, **change})
     try:

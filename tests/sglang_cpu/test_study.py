@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from autotune.engines.sglang import SGLang
-from autotune.study import load_study
+from autotune.studyfile.spec import read_study_file
 from autotune.targets.process import ProcessTarget
 from autotune.testing.ports import free_port
 from autotune.testing.sshd import SSHServer
@@ -48,7 +48,7 @@ def test_the_sglang_cpu_study_over_ssh_process(sshd: SSHServer, tmp_path: Path) 
                        engine_args={"speculative-num-draft-tokens": None},
                        workload={"requests": 3, "concurrency": [1, 2], "window_generations": 1, "tolerance": 0.5})
     r = run_autotune("run", "--study", str(study), cwd=tmp_path, timeout=1700)
-    host = ProcessTarget(load_study(str(study)).target())
+    host = ProcessTarget(read_study_file(str(study)).target())
     try:  # the tuner leaves the best config running on the host: stopped here whatever the checks find
         finished_ok(r)
         report = status(study)

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from autotune.sim import adaptive, model
-from autotune.sim.adaptive import Controller, Schedule, Slot, SlotConfig
+from autotune.sim import adaptive_controller, model
+from autotune.sim.adaptive_controller import Controller, Schedule, Slot, SlotConfig
 from autotune.sim.args import ArgRuleError, build_parser, resolve
 from autotune.sim.profile import load_profile
 
@@ -296,5 +296,5 @@ def test_a_schedule_too_large_for_the_host_fails_where_each_of_its_steps_alone_f
 
 def test_initialized_line_names_the_smallest_slot():
     r, _ = resolved(*QWEN, *EAGLE, "--speculative-adaptive")
-    assert adaptive.initialized_line(r.config.adaptive) == \
+    assert adaptive_controller.initialized_line(r.config.adaptive) == \
         "AdaptiveSpeculativeParams initialized: steps=3, candidate_steps=[1, 3, 5, 7]"

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from autotune.sim import model, truth
+from autotune.sim import model, virtual_run
 from autotune.sim.profile import load_profile
 from autotune.sim.traffic import category_of
 
@@ -15,13 +15,13 @@ PROFILES = Path(model.__file__).parent / "profiles"
 
 ARGV = ["--model-path", "/m", "--tp-size", "4", "--speculative-algorithm", "EAGLE", "--speculative-num-steps", "5",
         "--speculative-eagle-topk", "1", "--speculative-num-draft-tokens", "6", "--sim-profile", "qwen14b"]
-QUICK = truth.Length(single_requests=200, window_turns=4)
+QUICK = virtual_run.Length(single_requests=200, window_turns=4)
 
 
 def _accept(max_tokens: int = 200, argv: list[str] = ARGV, **ask: object) -> float:
-    asks = [truth.Ask(prompt_tokens=100 + i, max_tokens=max_tokens, **ask)  # type: ignore[arg-type]
+    asks = [virtual_run.Ask(prompt_tokens=100 + i, max_tokens=max_tokens, **ask)  # type: ignore[arg-type]
             for i in range(20)]
-    return truth.figures(argv, asks, max_tokens, [1], runs=QUICK).accept_length
+    return virtual_run.figures(argv, asks, max_tokens, [1], runs=QUICK).accept_length
 
 
 def test_categories_are_told_from_the_instruction() -> None:

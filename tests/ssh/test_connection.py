@@ -17,7 +17,7 @@ import pytest
 
 from autotune.engines.sglang import SGLang
 from autotune.errors import TrialFailure, UserError
-from autotune.health import wait_ready
+from autotune.run.health import wait_ready
 from autotune.targets.process import ProcessTarget
 from autotune.targets.programs import hostlock
 from tests.support.ssh import server_argv, wait_for

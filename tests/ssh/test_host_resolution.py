@@ -14,7 +14,7 @@ from tests.support.ssh import remote_study
 
 @pytest.mark.slow
 def test_the_host_prunes_and_rewrites_over_ssh(sshd: SSHServer, tmp_path: Path) -> None:
-    study = remote_study(tmp_path, sshd, trials=4, sampler="grid", space=host_space(),
+    study = remote_study(tmp_path, sshd, launches=4, sampler="grid", space=host_space(),
                          args={"sim-fault": "force-arg:page-size=16"})
     finished_ok(run_autotune("run", "--study", str(study), cwd=tmp_path))
     assert_host_decided(status(study), (tmp_path / "t.log").read_text())

@@ -14,10 +14,10 @@ from autotune.bench.measure import Bench
 from autotune.bench.workload import load_prompts
 from autotune.engines import get_engine
 from autotune.errors import TrialFailure
-from autotune.health import wait_ready
-from autotune.plan import make_plan
+from autotune.run.health import wait_ready
+from autotune.run.plan import make_plan
 from autotune.sim.traffic import category_of
-from autotune.study import WorkloadSpec, load_study
+from autotune.studyfile.spec import WorkloadSpec, read_study_file
 from autotune.targets.process import ProcessTarget
 from autotune.testing.studies import one_config_space, write_study
 from tests.support.ssh import SpecFactory
@@ -77,7 +77,7 @@ def test_tunnel_figures_are_right_or_client_bound(config: tuple[int, int, int], 
             "sim-speedup": speedup, "sim-time-scale": 0.001},
             workload=f"max_tokens = {MAX_TOKENS}\nconcurrency = [1, 32]\nrequests = 32\nwindow_generations = 1\n"
                      f"prompts = \"{prompts_file.name}\"")
-        plan = make_plan(load_study(str(study)))
+        plan = make_plan(read_study_file(str(study)))
         truth = level_truth(plan)
         spec = make_spec(tunnel=True)
         target = cleanup(ProcessTarget(spec))

@@ -16,7 +16,7 @@ import pytest
 
 from autotune.engines.sglang import SGLang
 from autotune.errors import TrialFailure, UserError
-from autotune.health import wait_ready
+from autotune.run.health import wait_ready
 from autotune.tables import Reader
 from autotune.targets import make_target, parse_target
 from autotune.targets.process import ProcessTarget

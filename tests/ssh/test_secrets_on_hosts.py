@@ -19,9 +19,9 @@ import yaml
 from autotune.engines.llamacpp import LlamaCpp
 from autotune.engines.secret_args import OffCommandLine
 from autotune.engines.sglang import SGLang
-from autotune.health import wait_ready
-from autotune.study import load_study
-from autotune.targets.launch import is_secret
+from autotune.run.health import wait_ready
+from autotune.studyfile.spec import read_study_file
+from autotune.targets.start_command import is_secret
 from autotune.targets.local import LocalSpec, LocalTarget
 from autotune.targets.process import ProcessTarget
 from autotune.targets.systemd import SystemdTarget
@@ -103,14 +103,14 @@ def state_dir() -> Iterator[Path]:
 
 @pytest.mark.slow
 def test_a_study_on_ssh_process_shows_no_secret(sshd: SSHServer, state_dir: Path, tmp_path: Path) -> None:
-    study = with_secrets(remote_study(tmp_path, sshd, trials=2))
+    study = with_secrets(remote_study(tmp_path, sshd, launches=2))
     with CommandLines() as ps:
         r = run_autotune("run", "--study", str(study), cwd=tmp_path, env=ENV)
     finished_ok(r)
     assert [t["state"] for t in kept(status(study)["trials"])] == ["COMPLETE", "COMPLETE"]
     assert ps.leaks == [] and [a for a in ps.seen if b"--config" in a], "the scan saw the servers"
 
-    target = ProcessTarget(load_study(str(study)).target())
+    target = ProcessTarget(read_study_file(str(study)).target())
     try:
         needs_the_key(target.base_url())  # the server left running (best or original) got it off its command line
         held = files_holding_secrets(tmp_path, state_dir)
@@ -128,9 +128,9 @@ def test_a_study_on_ssh_process_shows_no_secret(sshd: SSHServer, state_dir: Path
 def test_a_study_on_ssh_systemd_shows_no_secret(sshd: SSHServer, fake_systemd_root: Path, state_dir: Path,
                                                tmp_path: Path) -> None:
     name = f"sglang-secrets-{free_port()}.service"
-    study = with_secrets(remote_study(tmp_path, sshd, trials=2, target="\n".join([
+    study = with_secrets(remote_study(tmp_path, sshd, launches=2, target="\n".join([
         'kind = "ssh-systemd"', f'unit = "{name}"', f'unit_dir = "{fake_systemd_root / "system"}"', "sudo = true"])))
-    spec = load_study(str(study)).target()
+    spec = read_study_file(str(study)).target()
     unit_file = fake_systemd_root / "system" / name
     # the unit runs this checkout's emulator (systemd gives a service no PYTHONPATH of the caller's)
     unit_file.write_text(f"[Service]\nType=simple\nExecStart={' '.join(server_argv(spec.server_port))}\n"

@@ -14,7 +14,7 @@ import pytest
 
 from autotune.engines.sglang import SGLang
 from autotune.errors import UserError
-from autotune.health import wait_ready
+from autotune.run.health import wait_ready
 from autotune.targets.process import ProcessTarget
 from autotune.targets.programs import hostlock
 from autotune.targets.ssh import DEFAULT_WORKDIR
@@ -152,7 +152,7 @@ def test_env_reaches_the_server_through_no_command_line(make_spec, cleanup, tmp_
 
 
 def _systemd_study(tmp_path: Path, sshd: SSHServer, unit: Unit) -> Path:
-    study = remote_study(tmp_path, sshd, trials=1, target="\n".join([
+    study = remote_study(tmp_path, sshd, launches=1, target="\n".join([
         'kind = "ssh-systemd"', f'unit = "{unit.name}"', f'unit_dir = "{unit.root / "system"}"']))
     text = study.read_text()
     text = text.replace(f'workdir = "{tmp_path / "remote-work"}"', f'workdir = "{tmp_path / "w" / "work"}"')

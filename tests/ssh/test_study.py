@@ -15,7 +15,7 @@ import httpx
 import pytest
 
 from autotune.engines.sglang import SGLang
-from autotune.study import load_study
+from autotune.studyfile.spec import read_study_file
 from autotune.targets.process import ProcessTarget
 from autotune.testing.ports import free_port
 from autotune.testing.sshd import SSHServer
@@ -31,7 +31,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 @pytest.mark.slow
 def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None:
-    study = remote_study(tmp_path, sshd, trials=2)
+    study = remote_study(tmp_path, sshd, launches=2)
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     finished_ok(r)
     trials = kept(status(study)["trials"])
@@ -41,7 +41,7 @@ def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None
     assert "The server is fired up and ready to roll!" in log  # fetched from the target over SFTP
 
     # the tuner has exited; the target keeps a healthy server (the best config, or the original)
-    spec = load_study(str(study)).target()
+    spec = read_study_file(str(study)).target()
     target = ProcessTarget(spec)
     try:
         assert httpx.get(target.base_url() + READY, timeout=10).status_code == 200
@@ -66,9 +66,9 @@ def test_study_on_an_ssh_process_target(sshd: SSHServer, tmp_path: Path) -> None
 def test_study_on_an_ssh_systemd_target_then_restore(sshd: SSHServer, fake_systemd_root: Path,
                                                     tmp_path: Path) -> None:
     name = f"sglang-study-{free_port()}.service"
-    study = remote_study(tmp_path, sshd, trials=2, target="\n".join([
+    study = remote_study(tmp_path, sshd, launches=2, target="\n".join([
         'kind = "ssh-systemd"', f'unit = "{name}"', f'unit_dir = "{fake_systemd_root / "system"}"']))
-    spec = load_study(str(study)).target()
+    spec = read_study_file(str(study)).target()
     original = [sys.executable, "-m", "autotune.sim", "--port", str(spec.server_port), "--host", "127.0.0.1",
                 "--model-path", "/m", "--tp-size", "4", "--served-model-name", "original-config",
                 "--sim-time-scale", "0.005", "--sim-speedup", "1"]
@@ -97,7 +97,7 @@ def test_study_on_an_ssh_systemd_target_then_restore(sshd: SSHServer, fake_syste
 
 @pytest.mark.slow
 def test_study_survives_a_connection_cut(private_sshd: SSHServer, tmp_path: Path) -> None:
-    study = remote_study(tmp_path, private_sshd, trials=4)
+    study = remote_study(tmp_path, private_sshd, launches=4)
     log = tmp_path / "t.log"
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -122,7 +122,7 @@ def test_study_survives_a_connection_cut(private_sshd: SSHServer, tmp_path: Path
                                    "startup_timeout"), t
     assert "reconnected" in log.read_text()
 
-    spec = load_study(str(study)).target()
+    spec = read_study_file(str(study)).target()
     target = ProcessTarget(spec)
     try:
         assert httpx.get(target.base_url() + READY, timeout=10).status_code == 200
@@ -138,10 +138,10 @@ def test_a_signal_during_the_final_deploy_leaves_the_best_running(sshd: SSHServe
     """A stop request during the final deploy (SIGTERM from systemd, or Ctrl-C, which a terminal sends to the whole
     process group) does not cut it short: the config it deploys is left running and healthy, then the tuner exits
     128 + the signal's number."""
-    study = remote_study(tmp_path, sshd, trials=2)
+    study = remote_study(tmp_path, sshd, launches=2)
     proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(study)], cwd=tmp_path,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-    spec = load_study(str(study)).target()
+    spec = read_study_file(str(study)).target()
     target = ProcessTarget(spec)
     try:
         wait_for_line(tmp_path / "t.log", r"final deploy: ", proc, timeout=240)

@@ -12,7 +12,7 @@ import pytest
 
 from autotune.engines.sglang import SGLang
 from autotune.errors import TrialFailure, UserError
-from autotune.health import wait_ready
+from autotune.run.health import wait_ready
 from autotune.targets.systemd import SystemdTarget
 from autotune.targets.unitfile import environment_line, exec_line
 from autotune.testing.ports import free_port

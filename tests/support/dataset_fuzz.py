@@ -1,9 +1,9 @@
-"""Generated dataset files for the fuzzer (tests/test_fuzz_dataset.py), each with what a correct reader must do with
-it: real requests (the built-in traffic set and prompts, in every format autotune reads) mutated, each mutation
-known to make the file one to refuse (a lone surrogate, an empty user turn, broken JSON, a wrong type, a number of
-5,000 digits, a repeated request, chat among raw prompts...), one to accept (a line separator inside a string, a
-byte-order mark, CRLF or CR line ends, blank lines, unknown keys, odd but valid text and categories), or one either
-way. The cases run through study_fuzz's runner (`autotune validate` or `autotune workload` in ``main()``).
+"""Generated dataset files for the fuzzer (tests/bench/test_fuzz_dataset.py), each with what a correct reader must do
+with it: real requests (the built-in traffic set and prompts, in every format autotune reads) mutated, each mutation
+known to make the file one to refuse (a lone surrogate, an empty user turn, broken JSON, a wrong type, a number of 5,000
+digits, a repeated request, chat among raw prompts...), one to accept (a line separator inside a string, a byte-order
+mark, CRLF or CR line ends, blank lines, unknown keys, odd but valid text and categories), or one either way. The cases
+run through study_fuzz's runner (`autotune validate` or `autotune workload` in ``main()``).
 
 ``cases(seed, n)`` is deterministic for a seed."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""What the host-resolution studies share (tests/test_host_resolution.py on a local target, tests/ssh/ on the
+"""What the host-resolution studies share (tests/run/test_host_resolution.py on a local target, tests/ssh/ on the
 test sshd): a grid the emulator as the host has views on that the rules do not, and the checks of what it decided.
 
 The grid crosses a page size the host forces (the fault ``force-arg:page-size=16``: a release that rewrites what

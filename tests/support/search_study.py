@@ -1,6 +1,6 @@
 """One real study of the tuner's whole search, shared by the tests that read a default study end to end
-(tests/test_run.py), its dependent ranges (tests/test_dependent_ranges.py) and the search's own moves
-(tests/test_search.py): `autotune run` of LAUNCHES launches on the emulator over SGLang's whole speculative space
+(tests/run/test_run.py), its dependent ranges (tests/studyfile/test_dependent_ranges.py) and the search's own moves
+(tests/search/test_search.py): `autotune run` of LAUNCHES launches on the emulator over SGLang's whole speculative space
 (the engine's starting points, the search model's picks, confirmations at the end). Run once per test
 session, on first use; `autotune best` and `status` only read it, and a test that runs it again works on a copy."""
 from __future__ import annotations
@@ -43,7 +43,7 @@ def search_study(factory: pytest.TempPathFactory) -> SearchStudy:
     """The finished study (made on the first call)."""
     if not _made:
         directory = factory.mktemp("search-study")
-        path = write_study(directory, trials=LAUNCHES, seed=3, workload=WORKLOAD)
+        path = write_study(directory, launches=LAUNCHES, seed=3, workload=WORKLOAD)
         r = run_autotune("run", "--study", str(path), cwd=directory, env={"XDG_STATE_HOME": str(directory / "state")})
         assert r.returncode == 0, r.stderr + r.stdout
         _made.append(SearchStudy(path, r, status(path)["trials"]))

@@ -36,7 +36,7 @@ def small_study(factory: pytest.TempPathFactory) -> Path:
     was cut short as client_bound here, and the report then had no trial 0 to compare with)."""
     if "path" not in _made:
         directory = factory.mktemp("small-study")
-        path = write_study(directory, sampler="grid", trials=TRIALS, space=SPACE,
+        path = write_study(directory, sampler="grid", launches=TRIALS, space=SPACE,
                            args={"sim-time-scale": 0.001, "sim-speedup": 2},
                            workload="max_tokens = 24\nconcurrency = [1, 4]\nrequests = 4\n"
                                     "window_generations = 1\nwarmup = 1\nmax_repeats = 1"

@@ -168,13 +168,13 @@ def running_unit(systemd_root: Path) -> Iterator[Unit]:
     stand_in(systemd_root, "systemctl", "stop", name)
 
 
-def remote_study(directory: Path, server: SSHServer, *, trials: int, target: str = "",
+def remote_study(directory: Path, server: SSHServer, *, launches: int, target: str = "",
                  args: dict[str, object] | None = None, **kwargs: object) -> Path:
     """A small study whose [target] is the test sshd (the emulator runs 'remotely', through SSH). Tokens come at the
     model's own speed, 96 to a request: through the tunnel on a busy machine a request spends tens of milliseconds
     in the client and the forward, which made 48-token requests at twice the speed client-bound (26-33% of their
     time, against the 25% the tolerance allows), and a client_bound level is retried as a new trial."""
-    path = write_study(directory, trials=trials, args={"sim-speedup": 1, **(args or {})},
+    path = write_study(directory, launches=launches, args={"sim-speedup": 1, **(args or {})},
                        workload="max_tokens = 96\nconcurrency = [1, 4]\nrequests = 4\n"
                                 "window_generations = 1\nwarmup = 1\ntolerance = 0.5",
                        **kwargs)  # type: ignore[arg-type]

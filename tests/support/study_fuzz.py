@@ -1,5 +1,5 @@
-"""Generated study files for the fuzzer (tests/test_fuzz_study.py): real study files (studies/*.toml and the texts of
-study_texts.py) mutated structurally, and the runner that puts each through autotune's own ``main()``.
+"""Generated study files for the fuzzer (tests/studyfile/test_fuzz_study.py): real study files (studies/*.toml and the
+texts of study_texts.py) mutated structurally, and the runner that puts each through autotune's own ``main()``.
 
 ``cases(seed, n)`` is deterministic for a seed. ``python -m tests.support.study_fuzz CASES.json DIR`` runs the cases
 of CASES.json, each in a directory of its own under DIR, and prints one JSON line per case: its verdict ("exit 0",

@@ -5,8 +5,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from autotune.engines import get_engine
-from autotune.space import Space
-from autotune.study import load_study
+from autotune.studyfile.space import Space
+from autotune.studyfile.spec import read_study_file
 
 STEPS, TOPK, DRAFT = "speculative-num-steps", "speculative-eagle-topk", "speculative-num-draft-tokens"
 
@@ -47,4 +47,4 @@ def write(tmp_path: Path, text: str, name: str = "s") -> Path:
 
 def space_of(tmp_path: Path, text: str = WIDE) -> Space:
     """The search space of the study ``text`` (SGLang, the target's port 31555)."""
-    return Space(load_study(str(write(tmp_path, text))), get_engine("sglang"), 31555)
+    return Space(read_study_file(str(write(tmp_path, text))), get_engine("sglang"), 31555)

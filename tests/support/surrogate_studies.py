@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import optuna
 
-from autotune import queue
-from autotune.budget import admit
-from autotune.plan import Plan
-from autotune.pruning import make_pruner
+from autotune.run import queue
+from autotune.run.plan import Plan
+from autotune.run.pruning import make_pruner
 from autotune.search import make_sampler
-from autotune.trial import Launch, Objective
-from autotune.trial.surrogate import Noise, SurrogateLaunch
-from autotune.truth import ConfigTruth
+from autotune.run.trial import Launch, Objective, run_trials
+from autotune.run.trial.surrogate import Noise, SurrogateLaunch
+from autotune.run.study_truth import ConfigTruth
 
 #: steps 1-6, topk 1-8 and up to 16 draft tokens: trees of every width, small enough to enumerate
 SPACE = """
@@ -38,8 +37,5 @@ def run(plan: Plan, truth: dict[str, ConfigTruth], launch: Launch | None = None)
     study = optuna.create_study(directions=spec.directions, sampler=make_sampler(spec, plan.space, 0),
                                 pruner=make_pruner(spec))
     queue.start(study, plan)
-    objective = Objective(plan, launch or SurrogateLaunch(plan, truth, EXACT, seed=1))
-    while admit(study, plan.budget, heartbeats=False) == "run":
-        queue.queue_next(study, plan, plan.budget)
-        study.optimize(objective, n_trials=1)
+    run_trials(study, plan, plan.budget, Objective(plan, launch or SurrogateLaunch(plan, truth, EXACT, seed=1)))
     return study

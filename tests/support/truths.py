@@ -7,9 +7,9 @@ from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from autotune.plan import Plan, make_plan
-from autotune.study import load_study
-from autotune.truth import study_surface
+from autotune.run.plan import Plan, make_plan
+from autotune.studyfile.spec import read_study_file
+from autotune.run.study_truth import study_surface
 
 _found: dict[str, dict[str, Any]] = {}
 
@@ -39,13 +39,13 @@ def level_truth(plan: Plan) -> dict[int, float]:
 
 
 def _surface_of(study: str) -> dict[str, Any]:
-    return study_surface(make_plan(load_study(study)))
+    return study_surface(make_plan(read_study_file(study)))
 
 
 def work_out(studies: list[Path], workers: int = 2) -> None:
     """Compute the truths of these study files not known yet, ``workers`` at a time (each a whole core's work for a
     second or a few), so that none is computed later beside a measurement."""
-    plans = {str(p): make_plan(load_study(str(p))) for p in studies}
+    plans = {str(p): make_plan(read_study_file(str(p))) for p in studies}
     todo: dict[str, str] = {}
     for path, plan in plans.items():
         if _key(plan) not in _found:

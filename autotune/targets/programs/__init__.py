@@ -87,4 +87,10 @@ def engine_program_lines(command: str, name: str) -> str:
 
 def program_line(name: str, *args: object) -> str:
     """A shell line running program ``name`` with ``args`` (quoted) by ``$PY`` (FIND_PYTHON sets it)."""
-    return '"$PY" -c ' + " ".join(shlex.quote(str(a)) for a in (script(name), *args))
+    return text_line(script(name), *args)
+
+
+def text_line(text: str, *args: object) -> str:
+    """A shell line running the Python source ``text`` (a program of the standard library alone, shipped from
+    wherever it lives) with ``args`` (quoted) by ``$PY`` (FIND_PYTHON sets it)."""
+    return '"$PY" -c ' + " ".join(shlex.quote(str(a)) for a in (text, *args))

@@ -24,9 +24,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from autotune.engines.sglang import SGLang
-from autotune.run.hostresolve import PROGRAM, TIMEOUT
-from autotune.targets.local import LocalSpec, LocalTarget
+from autotune.engines import SGLang
+from autotune.run import hostresolve
+from autotune.targets import LocalSpec, LocalTarget
 from autotune.testing.sglang_oracle import OracleMissing, model_dir, oracle_python
 
 ENGINE = SGLang()
@@ -46,7 +46,8 @@ def ask(target: LocalTarget, command: list[str], flags: list[str], override: lis
     assert not isinstance(question, str), question
     request = {**question.request, "op": "resolve", "env": {}, **({"override": override} if override else {})}
     started = time.monotonic()
-    done = target.run_engine_program(question.launcher, PROGRAM, json.dumps(request).encode(), TIMEOUT)
+    done = target.run_engine_program(question.launcher, hostresolve.PROGRAM, json.dumps(request).encode(),
+                                     hostresolve.TIMEOUT)
     seconds = time.monotonic() - started
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])

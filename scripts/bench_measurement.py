@@ -42,19 +42,12 @@ import httpx
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from autotune.bench.generator import template  # noqa: E402
-from autotune.bench.measuring import local  # noqa: E402
-from autotune.bench.measure import Bench  # noqa: E402
-from autotune.bench.workload import PromptStream, load_prompts  # noqa: E402
+from autotune.bench import Bench, PromptStream, Shape, load_prompts, loadgen, measuring  # noqa: E402
 from autotune.engines import get_engine  # noqa: E402
 from autotune.errors import TrialFailure  # noqa: E402
-from autotune.run.health import wait_ready  # noqa: E402
-from autotune.run.plan import make_plan  # noqa: E402
-from autotune.run.study_truth import study_surface  # noqa: E402
-from autotune.studyfile.spec import WorkloadSpec, read_study_file  # noqa: E402
-from autotune.bench import measuring  # noqa: E402
-from autotune.targets.process import ProcessSpec, ProcessTarget  # noqa: E402
-from autotune.bench import loadgen  # noqa: E402
+from autotune.run import make_plan, study_surface, wait_ready  # noqa: E402
+from autotune.studyfile import WorkloadSpec, read_study_file  # noqa: E402
+from autotune.targets import ProcessSpec, ProcessTarget  # noqa: E402
 from autotune.testing.ports import free_port  # noqa: E402
 from autotune.testing.server_count import ServerCount  # noqa: E402
 from autotune.testing.sshd import SSHServer  # noqa: E402
@@ -158,7 +151,7 @@ async def asyncio_streams(url: str) -> tuple[OneRequest, Callable[[], Awaitable[
 
 async def autotune_protocol(url: str) -> tuple[OneRequest, Callable[[], Awaitable[None]]]:
     """autotune's load generator: asyncio protocols, HTTP and events framed by hand (bench/loadgen.py)."""
-    where = local(url)
+    where = measuring.local(url)
     client = loadgen.Client(asyncio.get_running_loop(), {
         "host": where.host, "port": where.port, "path": "/generate", "tokens_key": "completion_tokens",
         "request_timeout": 60, "stall_timeout": 30}, time.monotonic(), lambda req: None)
@@ -189,14 +182,20 @@ async def closed_loop(make: Callable[[str], Awaitable[tuple[OneRequest, Callable
     if made is None:
         return None
     one, close = made
-    before, middle, after = (p.encode() for p in template(ENGINE, 0.0))
+    shape = Shape(MAX_TOKENS)
+
+    def body() -> bytes:
+        """The next prompt's request body, as the load generator puts it together from the shape's parts."""
+        before, middle, after, size, _ = shape.parts(ENGINE, prompts.next_request()[0])
+        return (before + middle + str(size) + after).encode()
+
     events = 0
     stop = time.monotonic() + seconds
 
     async def slot() -> None:
         nonlocal events
         while time.monotonic() < stop:
-            got = await one(before + json.dumps(prompts.next()).encode() + middle + str(MAX_TOKENS).encode() + after)
+            got = await one(body())
             events += got
 
     cpu, wall = time.process_time(), time.monotonic()
@@ -252,7 +251,7 @@ def measure(target: ProcessTarget, base_url: str, server_port: int, prompts: lis
             processes: int, generations: int) -> dict:
     workload = WorkloadSpec(max_tokens=MAX_TOKENS, concurrency=(CONCURRENCY,), window_generations=generations,
                             warmup=0, max_repeats=1, processes=processes)
-    where = (local(f"http://127.0.0.1:{server_port}") if transport == "direct"
+    where = (measuring.local(f"http://127.0.0.1:{server_port}") if transport == "direct"
              else measuring.load_generator(target, base_url, transport))
     bench = Bench(base_url, ENGINE, workload, prompts, seed=0, levels=(CONCURRENCY,), load=where)
     with ServerCount(server_port) as sampler:

@@ -32,8 +32,8 @@ sys.path.insert(0, str(REPO))
 
 from autotune.engines import get_engine
 from autotune.errors import TrialFailure
-from autotune.run.health import wait_ready
-from autotune.targets.local import LocalSpec, LocalTarget
+from autotune.run import wait_ready
+from autotune.targets import LocalSpec, LocalTarget
 from autotune.testing.ports import free_port
 from autotune.testing.studies import write_study
 

@@ -76,24 +76,19 @@ sys.path.insert(0, str(REPO))
 import optuna  # noqa: E402
 from optuna.trial import FrozenTrial  # noqa: E402
 
-from autotune.run import queue  # noqa: E402
 from autotune.results import tally  # noqa: E402
-from autotune.run.plan import make_plan  # noqa: E402
-from autotune.record import TrialRecord  # noqa: E402
-from autotune.run.pruning import make_pruner  # noqa: E402
+from autotune.record import TrialRecord, storage  # noqa: E402
+from autotune.run import by_key, make_plan, make_pruner, queue, study_surface  # noqa: E402
+from autotune.run.trial import Noise, Objective, SurrogateLaunch, run_trials  # noqa: E402
 from autotune.search import SearchSettings, make_sampler  # noqa: E402
 from autotune.sim import model as sim_model  # noqa: E402
 from autotune.sim.profile import load_profile  # noqa: E402
 from autotune.sim.random_profile import FAMILIES, draw  # noqa: E402
-from autotune.engines.sglang import SGLang  # noqa: E402
+from autotune.engines import SGLang  # noqa: E402
 from autotune.errors import InvalidConfig  # noqa: E402
 from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface  # noqa: E402
-from autotune.record.storage import load_existing_study  # noqa: E402
-from autotune.studyfile.spec import read_study_file  # noqa: E402
-from autotune.run.trial import Objective, run_trials  # noqa: E402
-from autotune.run.trial.surrogate import Noise, SurrogateLaunch  # noqa: E402
+from autotune.studyfile import read_study_file  # noqa: E402
 from autotune.sim.virtual_run import FULL, QUICK  # noqa: E402
-from autotune.run.study_truth import by_key, study_surface  # noqa: E402
 from autotune.testing.ports import free_port  # noqa: E402
 from autotune.testing.studies import SPEC_SPACE  # noqa: E402
 
@@ -507,7 +502,7 @@ def run_study(work: Path, profile: str, mode: str, setup: str, seed: int, cap: i
         proc = subprocess.Popen([sys.executable, "-m", "autotune", "run", "--study", str(path)], cwd=work,
                                 stdout=out, stderr=subprocess.STDOUT, env=env)
     proc.wait()
-    study = load_existing_study(name, f"sqlite:///{db}")
+    study = storage.load_existing_study(name, f"sqlite:///{db}")
     state = progress(mode, truth, study)
     return {"profile": profile, "mode": mode, "setup": setup, "seed": seed, "cap": cap,
             "reached_at": state["reached_at"], "launches": state["launches"], "trials": state["trials"],
@@ -601,7 +596,7 @@ def lowest_prior_topk_hosts(profiles: list[str], truths: dict[str, Truth], mode:
     """Hosts whose optimum (for ``mode``) lies at the topk the opening and the physics prior rank lowest: physics.py
     fitted to the truth at the baseline and every one of the engine's starting points, each topk's best config by
     its prediction, the topk whose best is lowest."""
-    from autotune.search.physics import Observation, Physics
+    from autotune.search import Observation, Physics
 
     opening = [(1, 1, 2)] + [key_of(p) for p in SGLang().starting_points(DEFAULT_SPACE,
                                                                           {"speculative-algorithm": "EAGLE"})]
@@ -902,7 +897,7 @@ def main() -> None:
 def stored_study(work: Path, row: dict[str, Any]) -> optuna.Study:
     """The study behind a results row, from its storage in ``work`` (as run_study left it)."""
     name = f"{row['profile']}-{row['mode']}-{row['setup']}-{row['seed']}"
-    return load_existing_study(name, f"sqlite:///{work / name}.db")
+    return storage.load_existing_study(name, f"sqlite:///{work / name}.db")
 
 
 def rescored(work: Path, row: dict[str, Any], truth: Truth) -> dict[str, Any]:

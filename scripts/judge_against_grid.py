@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))
 
 from autotune.results import tally  # noqa: E402
 from autotune.record import TrialRecord  # noqa: E402
-from autotune.record.storage import load_existing_study  # noqa: E402
-from autotune.studyfile.spec import read_study_file  # noqa: E402
+from autotune.record import storage  # noqa: E402
+from autotune.studyfile import read_study_file  # noqa: E402
 
 #: the pick's share of the grid's best that counts as found
 TARGET = 0.98
@@ -43,7 +43,7 @@ TARGET = 0.98
 def write_grid(study_file: str, out: Path) -> None:
     """The grid file of a finished study that measured the space whole."""
     spec = read_study_file(study_file)
-    study = load_existing_study(spec.name, spec.storage)
+    study = storage.load_existing_study(spec.name, spec.storage)
     trials = study.get_trials(deepcopy=False)
     found = tally.estimates(study, trials)
     configs: dict[str, dict[str, Any]] = {}
@@ -85,7 +85,7 @@ def judged(study_file: str, grid: dict[str, dict[str, Any]], best: dict[str, Any
     """One study against the grid: launches, the launch at which its pick first came within TARGET of the grid's
     best, the pick after its last launch (share of the best) and whether the grid's intervals of the two overlap."""
     spec = read_study_file(study_file)
-    study = load_existing_study(spec.name, spec.storage)
+    study = storage.load_existing_study(spec.name, spec.storage)
     trials = study.get_trials(deepcopy=False)
     finished = sorted((t for t in trials if t.state in tally.FINISHED), key=lambda t: t.number)
     again = tally.retried(trials)

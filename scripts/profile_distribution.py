@@ -24,7 +24,7 @@ import statistics
 import time
 from typing import Any
 
-from autotune.engines.sglang import SGLang
+from autotune.engines import SGLang
 from autotune.sim.profile import load_profile
 from autotune.sim.random_profile import draw
 from autotune.sim.surface import DEFAULT_SPACE, DRAFT, STEPS, TOPK, surface

@@ -8,8 +8,8 @@ NAME is one of standalone-chat, standalone-copy, ngram-copy, ngram-chat: studies
 draft cut from the target) and studies/sglang-cpu-ngram.toml (NGRAM), each on sglang-cpu-chat.jsonl (open chat) and
 sglang-cpu-copy.jsonl (copy-heavy). Each study is `autotune run --study COPY` on a copy of the shipped file in OUT
 (its paths made absolute, its sampler's seed from the clock unless --seed, printed); its pick is `autotune best`'s,
-its runner-up the launched config with the next-best value. Then each of the pick, the runner-up and the same server without speculation is started on its own (SGLang's own
-launcher, the study's flags) and measured by autotune/testing/reference_client.py, which shares no code with
+its runner-up the launched config with the next-best value. Then each of the pick, the runner-up and the same
+server without speculation is started on its own (SGLang's own launcher, the study's flags) and measured by autotune/testing/reference_client.py, which shares no code with
 autotune: the study's requests one after another (single stream), then in waves of 4; in two rounds, the second in
 the reverse order, so that a machine that slows down in the middle favours none. Printed: each server's figures
 with their 95% intervals, and the pick's gain over speculation off and over the runner-up.

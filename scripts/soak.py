@@ -216,7 +216,7 @@ def final_deploy(study: Path, record: Path, port: int, keeps_running: bool) -> l
     """What the end of the study did: the launches outside a trial (as the wrapper saw them), the tuner's own lines
     about them, and which config the server runs now among the configs that beat the baseline, ranked."""
     from autotune.results import tally
-    from autotune.record.storage import load_existing_study
+    from autotune.record import storage
 
     lines = ["the end of the study:"]
     lines += [f"  launch: {line}" for line in (record.read_text().splitlines() if record.exists() else [])]
@@ -227,7 +227,7 @@ def final_deploy(study: Path, record: Path, port: int, keeps_running: bool) -> l
     lines += [f"  tuner: {line}" for line in said]
     if not keeps_running:
         return lines
-    ahead = tally.above_baseline(load_existing_study("soak", f"sqlite:///{study.parent / 'soak.db'}"))
+    ahead = tally.above_baseline(storage.load_existing_study("soak", f"sqlite:///{study.parent / 'soak.db'}"))
     try:
         info = httpx.get(f"http://127.0.0.1:{port}/server_info", timeout=5).json()
     except httpx.HTTPError as e:

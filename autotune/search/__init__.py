@@ -2,6 +2,7 @@
 the whole space's best by a small Gaussian process, local_model.py, over a physics prior, physics.py, and the
 space's geometry, neighbours.py; a launch for each width no measurement has covered, coverage.py; within the memory
 boundary, feasibility.py; confirmations), under one set of switches (settings.py)."""
+from autotune.search.physics import Observation, Physics
 from autotune.search.propose import Proposal, confirmation, propose
 from autotune.search.sampling import (
     DEFAULT_STARTUP_TRIALS,
@@ -13,5 +14,5 @@ from autotune.search.sampling import (
 )
 from autotune.search.settings import SearchSettings
 
-__all__ = ["DEFAULT_STARTUP_TRIALS", "MODEL_BASED", "Proposal", "SearchSettings", "check_sampler", "confirmation",
-           "initial_design", "make_sampler", "propose", "startup_launches"]
+__all__ = ["DEFAULT_STARTUP_TRIALS", "MODEL_BASED", "Observation", "Physics", "Proposal", "SearchSettings",
+           "check_sampler", "confirmation", "initial_design", "make_sampler", "propose", "startup_launches"]

@@ -11,7 +11,8 @@ from autotune.targets.local import LocalSpec, LocalTarget
 from autotune.targets.process import ProcessSpec, ProcessTarget
 from autotune.targets.systemd import SystemdSpec, SystemdTarget
 
-__all__ = ["KINDS", "Deployment", "Kind", "Target", "TargetSpec", "make_target", "parse_target"]
+__all__ = ["KINDS", "Deployment", "Kind", "LocalSpec", "LocalTarget", "ProcessSpec", "ProcessTarget", "SystemdSpec",
+           "SystemdTarget", "Target", "TargetSpec", "make_target", "parse_target"]
 
 
 class Kind(NamedTuple):

@@ -7,6 +7,7 @@ from autotune.run.trial.launch import Launch, Measured
 from autotune.run.trial.objective import Objective
 from autotune.run.trial.server import ServerLaunch
 from autotune.run.trial.step import Step, run_trials, trial_step
+from autotune.run.trial.surrogate import Noise, SurrogateLaunch
 
-__all__ = ["Decision", "Launch", "Measured", "Objective", "ServerLaunch", "Step", "decide", "run_trials",
-           "trial_step"]
+__all__ = ["Decision", "Launch", "Measured", "Noise", "Objective", "ServerLaunch", "Step", "SurrogateLaunch", "decide",
+           "run_trials", "trial_step"]

@@ -45,7 +45,7 @@ def test_an_exhausted_study_resumed_over_a_widened_space_searches_it(tmp_path: P
     assert first.returncode == 0 and "stopped (exhausted)" in first.stdout, first.stderr + first.stdout[-3000:]
     before = len(status(study)["trials"])
 
-    study.write_text(study.read_text().replace("high = 2", "high = 3").replace("trials = 4", "trials = 6"))
+    study.write_text(study.read_text().replace("high = 2", "high = 3").replace("launches = 4", "launches = 6"))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout[-3000:]
     assert re.search(r"the space changed \(speculative-num-steps 1\.\.2 -> 1\.\.3\): searched as it is now from "
@@ -65,7 +65,7 @@ def test_a_grid_resumed_over_a_widened_space_tries_only_its_new_configs(tmp_path
     assert first.returncode == 0, first.stderr + first.stdout[-3000:]
     before = len(status(study)["trials"])
 
-    study.write_text(study.read_text().replace("high = 2", "high = 4").replace("trials = 3", "trials = 6"))
+    study.write_text(study.read_text().replace("high = 2", "high = 4").replace("launches = 3", "launches = 6"))
     r = run_autotune("run", "--study", str(study), "--forget-host-answers", cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout[-3000:]
     # the answer about steps 2 (the baseline's was asked at preflight, before the study opened, and not kept)

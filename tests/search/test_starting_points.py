@@ -96,7 +96,7 @@ def test_a_new_study_measures_them_right_after_the_baseline(tmp_path: Path) -> N
     assert [(t["config"][STEPS], t["config"][TOPK], t["config"][DRAFT]) for t in trials[1:3]] == OPENING
 
     # more trials later for the same study are the sampler's own: the starting points were chosen when it was made
-    study.write_text(study.read_text().replace("trials = 4", "trials = 6"))
+    study.write_text(study.read_text().replace("launches = 4", "launches = 6"))
     r = run_autotune("run", "--study", str(study), cwd=tmp_path)
     assert r.returncode == 0, r.stderr + r.stdout
     trials = kept(status(study)["trials"])

@@ -9,10 +9,11 @@ draft cut from the target) and studies/sglang-cpu-ngram.toml (NGRAM), each on sg
 sglang-cpu-copy.jsonl (copy-heavy). Each study is `autotune run --study COPY` on a copy of the shipped file in OUT
 (its paths made absolute, its sampler's seed from the clock unless --seed, printed); its pick is `autotune best`'s,
 its runner-up the launched config with the next-best value. Then each of the pick, the runner-up and the same
-server without speculation is started on its own (SGLang's own launcher, the study's flags) and measured by autotune/testing/reference_client.py, which shares no code with
-autotune: the study's requests one after another (single stream), then in waves of 4; in two rounds, the second in
-the reverse order, so that a machine that slows down in the middle favours none. Printed: each server's figures
-with their 95% intervals, and the pick's gain over speculation off and over the runner-up.
+server without speculation is started on its own (SGLang's own launcher, the study's flags) and measured by
+autotune/testing/reference_client.py, which shares no code with autotune: the study's requests one after another
+(single stream), then in waves of 4; in two rounds, the second in the reverse order, so that a machine that slows
+down in the middle favours none. Printed: each server's figures with their 95% intervals, and the pick's gain over
+speculation off and over the runner-up.
 
 Needs scripts/build-sglang-cpu.sh. Run it on an otherwise idle machine: every figure is a CPU's.
 """
@@ -28,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from autotune.engines import SGLang
 from autotune.testing import reference_client, sglang_cpu
 
 if sys.version_info >= (3, 11):
@@ -76,18 +78,6 @@ def pick_and_runner_up(study: Path) -> tuple[dict[str, Any], dict[str, Any] | No
     return best["params"], (others[0] if others else None)
 
 
-def flags(args: dict[str, Any]) -> list[str]:
-    """A study's [engine.args] as SGLang's command line (``true`` a bare flag)."""
-    out: list[str] = []
-    for name, value in args.items():
-        if value is False:
-            continue
-        out.append(f"--{name}")
-        if value is not True:
-            out.append(str(value))
-    return out
-
-
 def server_args(study: Path, params: dict[str, Any] | None) -> dict[str, Any]:
     """The study's fixed flags with ``params`` over them; None: the same server without speculative decoding."""
     fixed = dict(tomllib.loads(study.read_text())["engine"]["args"])
@@ -97,7 +87,8 @@ def server_args(study: Path, params: dict[str, Any] | None) -> dict[str, Any]:
 
 
 def measure(args: dict[str, Any], requests: list[dict[str, Any]], workdir: Path) -> dict[str, dict[str, float]]:
-    server = sglang_cpu.RealSGLang(flags(args), workdir)
+    # the study's flags as the product renders them; only the measuring client is independent of autotune
+    server = sglang_cpu.RealSGLang(SGLang().render([], args), workdir)
     try:
         server.wait_ready(600)
         reference_client.chat_single_stream(server.url, requests[:1])  # a first request warms the server up

@@ -9,51 +9,21 @@ The seed comes from the clock and is printed; AUTOTUNE_FUZZ_SEED=N replays a run
 from __future__ import annotations
 
 import collections
-import json
-import os
-import resource
-import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 
 from tests.support.dataset_fuzz import ACCEPT, REFUSE, cases
-from tests.support.study_fuzz import ROOT
+from tests.support.study_fuzz import clock_seed, run_batch
 
 CASES = 1000
-#: the runner's address space: the interpreter with optuna, numpy and torch's imports is ~800 MB
-MEMORY = 2 * 2**30
-#: the whole batch (about 30 s on one busy core): beyond it, cases hang or crawl
-BATCH_SECONDS = 240
-#: what each expectation must end in
-MUST = {REFUSE: "exit 2", ACCEPT: "exit 0"}
-
-
-def _capped() -> None:
-    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
 
 
 @pytest.mark.slow
 def test_generated_datasets_are_read_or_refused_in_one_line(tmp_path: Path) -> None:
-    seed = int(os.environ.get("AUTOTUNE_FUZZ_SEED") or time.time_ns() % 2**32)
-    print(f"dataset fuzz seed {seed} (replay: AUTOTUNE_FUZZ_SEED={seed})")
+    seed = clock_seed("dataset fuzz")
     todo = cases(seed, CASES)
-    (tmp_path / "cases.json").write_text(json.dumps(todo))
-    (tmp_path / "runs").mkdir()
-    try:
-        r = subprocess.run([sys.executable, "-m", "tests.support.study_fuzz", str(tmp_path / "cases.json"),
-                            str(tmp_path / "runs")], capture_output=True, text=True, cwd=ROOT, preexec_fn=_capped,
-                           timeout=BATCH_SECONDS, check=False)
-    except subprocess.TimeoutExpired as e:
-        done = (e.stdout or b"").decode().count("\n")
-        pytest.fail(f"seed {seed}: the batch took over {BATCH_SECONDS} s ({done} cases done; case {done}: "
-                    f"{todo[min(done, CASES - 1)]['done']})", pytrace=False)
-    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
-    assert r.returncode == 0 and len(results) == CASES, (
-        f"seed {seed}: the runner ended with {r.returncode} after {len(results)} cases "
-        f"(case {len(results)}: {todo[len(results)]['done'] if len(results) < CASES else ''}): {r.stderr[-2000:]}")
+    results = run_batch(todo, tmp_path, seed)
     wrong = [x for x in results if x["verdict"] not in ("exit 0", "exit 2")]
     nonsense = [x for x in results if todo[x["number"]]["expect"] == REFUSE and x["verdict"] == "exit 0"]
     refused = [x for x in results if todo[x["number"]]["expect"] == ACCEPT and x["verdict"] == "exit 2"]

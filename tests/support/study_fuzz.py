@@ -17,7 +17,9 @@ import json
 import os
 import random
 import re
+import resource
 import signal
+import subprocess
 import sys
 import time
 import tomllib
@@ -32,6 +34,10 @@ from tests.support import study_texts
 ROOT = Path(__file__).resolve().parents[2]
 #: the most seconds one case may take before it counts as a hang
 HANG_SECONDS = 10
+#: the runner's address space: the interpreter with optuna, numpy and torch's imports is ~800 MB
+MEMORY = 2 * 2**30
+#: the whole batch (about 30 s on one busy core): beyond it, cases hang or crawl
+BATCH_SECONDS = 240
 #: values of every type, some of them huge, some with control characters
 ODD_VALUES: list[Any] = [
     0, -1, 1, 2**31, 2**63, 10**30, -10**30, 1e308, -1e308, float("inf"), float("-inf"), float("nan"), 0.5, -0.0,
@@ -202,6 +208,39 @@ def cases(seed: int, n: int) -> list[dict[str, Any]]:
 
 class Hang(Exception):
     pass
+
+
+def clock_seed(what: str) -> int:
+    """A seed from the clock, or AUTOTUNE_FUZZ_SEED's to replay a run; printed either way."""
+    seed = int(os.environ.get("AUTOTUNE_FUZZ_SEED") or time.time_ns() % 2**32)
+    print(f"{what} seed {seed} (replay: AUTOTUNE_FUZZ_SEED={seed})")
+    return seed
+
+
+def _capped() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (MEMORY, MEMORY))
+
+
+def run_batch(todo: list[dict[str, Any]], directory: Path, seed: int) -> list[dict[str, Any]]:
+    """Every case of ``todo`` through this module's runner, in one process under MEMORY, within BATCH_SECONDS: each
+    case's result, all of them (a batch that hangs, crawls or stops early fails the calling test)."""
+    import pytest
+
+    (directory / "cases.json").write_text(json.dumps(todo))
+    (directory / "runs").mkdir()
+    try:
+        r = subprocess.run([sys.executable, "-m", "tests.support.study_fuzz", str(directory / "cases.json"),
+                            str(directory / "runs")], capture_output=True, text=True, cwd=ROOT, preexec_fn=_capped,
+                           timeout=BATCH_SECONDS, check=False)
+    except subprocess.TimeoutExpired as e:
+        done = (e.stdout or b"").decode().count("\n")
+        pytest.fail(f"seed {seed}: the batch took over {BATCH_SECONDS} s ({done} cases done; case {done}: "
+                    f"{todo[min(done, len(todo) - 1)]['done']})", pytrace=False)
+    results = [json.loads(line) for line in r.stdout.splitlines() if line.startswith("{")]
+    assert r.returncode == 0 and len(results) == len(todo), (
+        f"seed {seed}: the runner ended with {r.returncode} after {len(results)} cases "
+        f"(case {len(results)}: {todo[len(results)]['done'] if len(results) < len(todo) else ''}): {r.stderr[-2000:]}")
+    return results
 
 
 def _alarm(signum: int, frame: Any) -> None:
